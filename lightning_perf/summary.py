@@ -229,6 +229,7 @@ class RunSummary:
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".perf_summary.", suffix=".tmp", dir=directory)
         try:
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; the summary is as readable as the logs beside it
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(self.to_dict(), fh, indent=2, allow_nan=False, default=_json_default)
                 fh.write("\n")
