@@ -1,0 +1,469 @@
+"""PerfCallback: the Lightning hooks that drive profiling, timing, utilization and diagnosis."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import sys
+import warnings
+from time import perf_counter
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from lightning_perf import fetcher as fetcher_hooks
+from lightning_perf import tensorboard
+from lightning_perf.fingerprint import collect_settings, train_dataloader
+from lightning_perf.profiling import ProfilerWindow, validate_activities
+from lightning_perf.schedule import ProfileSchedule
+from lightning_perf.session import PerfSession
+from lightning_perf.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.timing import EPOCH_START_MS, StepClock
+
+log = logging.getLogger("lightning_perf")
+
+_RUNTIME_ATTRS = ("_fit", "_eval", "_sampler", "_trace_dir", "_log_every", "_fit_started", "_started_at")
+_EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
+
+
+class PerfCallback(Callback):
+    r"""Profile, time and diagnose training with one line: ``Trainer(callbacks=[PerfCallback()])``.
+
+    The callback starts and steps ``torch.profiler`` on batch boundaries according to a schedule (the same
+    semantics as ``torch.profiler.schedule``, counted over training batches across epochs), writes one trace
+    per recorded cycle to the run's log dir (torch-tb-profiler's layout), and measures every training batch.
+
+    Logged every ``log_every_n_steps`` batches through the Trainer's loggers, at ``trainer.global_step``:
+
+    - ``perf/step_time_ms``: mean wall time of a training step (batch start to next batch start, validation,
+      checkpointing and epoch boundaries left out)
+    - ``perf/data_wait_ms``, ``perf/data_wait_pct``: time blocked fetching the batch, and its share of the step
+    - ``perf/compute_ms``: step time minus data wait
+    - ``perf/samples_per_sec``, ``perf/batches_per_sec``: throughput
+    - ``perf/epoch_start_ms``: first fetch of the latest epoch (iterator and worker start-up)
+    - ``perf/gpu_*``, ``perf/cpu_util_pct``, ``perf/dataloader_workers_cpu_pct``, ...: utilization
+
+    At the end of ``fit`` the run summary is written to ``perf_summary.json`` in the log dir, with the
+    diagnosis (also in TensorBoard's Text tab as ``perf/diagnosis``, and on the console).
+
+    Args:
+        skip_first: training batches ignored before the first profiling cycle.
+        wait: idle batches at the start of each cycle.
+        warmup: batches the profiler runs but discards at the start of each cycle.
+        active: batches recorded per cycle (one trace file per cycle and rank).
+        repeat: number of cycles; 0 profiles cycle after cycle until training ends.
+        activities: "cpu" and/or "cuda"; default: cpu, plus cuda when training on a CUDA device.
+        record_shapes: record operator input shapes (bigger traces).
+        profile_memory: record tensor allocations (bigger traces).
+        with_stack: record Python stacks (much bigger traces); enables the flame-graph export.
+        with_flops: estimate FLOPs of matrix multiplications and convolutions.
+        dirpath: directory for traces; default: the TensorBoard logger's log dir, else ``trainer.log_dir``.
+        max_trace_mb: cap on the trace bytes written per run and rank; later cycles are skipped past it.
+        export_stacks: write collapsed stacks for flame graphs beside each trace (needs ``with_stack``).
+        export_speedscope: write a Speedscope JSON file beside each trace.
+        export_memory_timeline: write the memory timeline HTML (needs profile_memory, record_shapes, with_stack).
+        enable_profiler: False measures timing and utilization only, with no torch profiler at all.
+        batch_size: samples per batch for throughput; default: the first dimension of the batch's first tensor.
+        log_every_n_steps: batches per logged window; default: the Trainer's ``log_every_n_steps``.
+        utilization: sample GPU (NVML) and CPU (psutil) utilization on a background thread.
+        util_interval_s: seconds between utilization samples.
+        diagnose: diagnose the run at the end of ``fit`` and recommend fixes.
+        probe_num_workers: "auto" measures DataLoader throughput per num_workers when the run is input-bound,
+            "always" whatever the verdict, "never" not at all.
+        probe_budget_s: total seconds the num_workers probe may take.
+
+    Example::
+
+        trainer = Trainer(callbacks=[PerfCallback(wait=1, warmup=1, active=3, repeat=2)])
+        trainer.fit(model, datamodule)
+    """
+
+    def __init__(
+        self,
+        skip_first: int = 5,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        activities: list[str] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        dirpath: str | None = None,
+        max_trace_mb: float = 500.0,
+        export_stacks: bool = True,
+        export_speedscope: bool = False,
+        export_memory_timeline: bool = True,
+        enable_profiler: bool = True,
+        batch_size: int | None = None,
+        log_every_n_steps: int | None = None,
+        utilization: bool = True,
+        util_interval_s: float = 0.1,
+        diagnose: bool = True,
+        probe_num_workers: Literal["auto", "always", "never"] = "auto",
+        probe_budget_s: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.schedule = ProfileSchedule(
+            skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat
+        )
+        self.activities = validate_activities(activities)
+        _check_positive("max_trace_mb", max_trace_mb)
+        _check_positive("util_interval_s", util_interval_s)
+        _check_positive("probe_budget_s", probe_budget_s)
+        _check_optional_count("batch_size", batch_size)
+        _check_optional_count("log_every_n_steps", log_every_n_steps)
+        if probe_num_workers not in ("auto", "always", "never"):
+            raise ValueError(
+                f"`probe_num_workers` must be one of 'auto', 'always', 'never', got {probe_num_workers!r}"
+            )
+        if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
+            raise ValueError(f"`dirpath` must be a path or None, got {dirpath!r}")
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.with_flops = with_flops
+        self.dirpath = os.fspath(dirpath) if dirpath is not None else None
+        self.max_trace_mb = float(max_trace_mb)
+        self.export_stacks = export_stacks
+        self.export_speedscope = export_speedscope
+        self.export_memory_timeline = export_memory_timeline
+        self.enable_profiler = enable_profiler
+        self.batch_size = batch_size
+        self.log_every_n_steps = log_every_n_steps
+        self.utilization = utilization
+        self.util_interval_s = float(util_interval_s)
+        self.diagnose = diagnose
+        self.probe_num_workers = probe_num_workers
+        self.probe_budget_s = float(probe_budget_s)
+        self._reset_runtime()
+        #: the summary of the last finished run (fit, or validate/test/predict)
+        self.last_summary: RunSummary | None = None
+
+    # -- pickling: no profilers, threads or fetchers travel (ddp_spawn, deepcopy) ------------------------
+
+    def _reset_runtime(self) -> None:
+        self._fit: PerfSession | None = None
+        self._eval: PerfSession | None = None
+        self._sampler: Any = None
+        self._trace_dir: str | None = None
+        self._log_every = 50
+        self._fit_started = 0.0
+        self._started_at: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in _RUNTIME_ATTRS:
+            state[name] = None
+        state["_log_every"] = 50
+        return state
+
+    # -- set-up --------------------------------------------------------------------------------------------
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        from lightning.pytorch.profilers import PyTorchProfiler
+
+        if isinstance(trainer.profiler, PyTorchProfiler) and self.enable_profiler:
+            raise ValueError(
+                "`Trainer(profiler=...)` is a PyTorchProfiler and PerfCallback drives torch.profiler itself: "
+                "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
+                "same traces), or pass `PerfCallback(enable_profiler=False)`."
+            )
+        _ensure_log_handler()
+        # trainer.log_dir broadcasts under DDP: resolve it here, on every rank
+        self._trace_dir = self._resolve_dir(trainer)
+        self._log_every = self.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 50))
+
+    def _resolve_dir(self, trainer: Trainer) -> str:
+        if self.dirpath is not None:
+            return self.dirpath
+        tb_logger = tensorboard.tensorboard_logger(trainer)
+        if tb_logger is not None and tb_logger is not trainer.loggers[0]:
+            return trainer.strategy.broadcast(tb_logger.log_dir)
+        return trainer.log_dir or trainer.default_root_dir
+
+    def _new_session(self, trainer: Trainer, stage: str, fetcher: Any) -> PerfSession:
+        measure_wait = fetcher is not None and not fetcher_hooks.fetches_inside_step(fetcher)
+        if fetcher is not None and not measure_wait:
+            rank_zero_info(
+                "lightning-perf: training_step fetches its own batches (dataloader_iter); DataLoader wait "
+                "cannot be measured at the fetch and is not reported."
+            )
+        window = None
+        if self.enable_profiler:
+            activities = self.activities or _default_activities(trainer)
+            window = ProfilerWindow(
+                self.schedule,
+                activities,
+                self._trace_dir or trainer.default_root_dir,
+                global_rank=trainer.global_rank,
+                world_size=trainer.world_size,
+                backend=_backend(),
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                with_flops=self.with_flops,
+                max_trace_bytes=int(self.max_trace_mb * 1e6),
+                export_stacks=self.export_stacks,
+                export_speedscope=self.export_speedscope,
+                export_memory_timeline=self.export_memory_timeline,
+            )
+        session = PerfSession(stage, StepClock(measure_data_wait=measure_wait), window, self.batch_size)
+        if not fetcher_hooks.instrument(fetcher, session):
+            rank_zero_info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
+        return session
+
+    # -- training ------------------------------------------------------------------------------------------
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._started_at = _now()
+        self._fit_started = perf_counter()
+        self._fit = self._new_session(trainer, "fit", trainer.fit_loop._data_fetcher)
+        if self.utilization:
+            self._start_sampler(trainer)
+
+    @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        session = self._fit
+        if session is None:
+            return
+        fetcher = trainer.fit_loop._data_fetcher
+        if not fetcher_hooks.is_instrumented(fetcher):  # reload_dataloaders_every_n_epochs made a new one
+            fetcher_hooks.instrument(fetcher, session)
+        session.clock.epoch_started()
+
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        session = self._fit
+        if session is not None and session.clock.window_steps >= self._log_every:
+            started = perf_counter()
+            self._flush_window(trainer, session)
+            session.clock.exclude(perf_counter() - started)
+
+    @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._interrupt(None)
+
+    @override
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        self._interrupt("checkpoint")
+
+    @override
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._fit is not None:
+            self._finish_fit(trainer, "finished")
+
+    def _interrupt(self, kind: str | None) -> None:
+        session = self._fit
+        if session is None:
+            return
+        session.clock.interrupt(perf_counter(), kind)
+        if session.window is not None:
+            session.window.end_step_span()
+
+    def _flush_window(self, trainer: Trainer, session: PerfSession) -> None:
+        metrics = session.clock.take_window()
+        if self._sampler is not None:
+            metrics.update(self._sampler.take_window())
+        epoch_start = session.clock.last_epoch_start_ms
+        if epoch_start is not None:
+            metrics[EPOCH_START_MS] = epoch_start
+            session.clock.last_epoch_start_ms = None
+        tensorboard.log_metrics(trainer, metrics, trainer.global_step)
+
+    def _start_sampler(self, trainer: Trainer) -> None:
+        try:
+            from lightning_perf.utilization import UtilSampler
+
+            device = trainer.strategy.root_device
+            cuda_devices = [device.index or 0] if device.type == "cuda" else []
+            self._sampler = UtilSampler(self.util_interval_s, cuda_devices)
+            self._sampler.start()
+        except Exception as err:
+            warnings.warn(f"lightning-perf: utilization sampling is off: {err}", stacklevel=2)
+            self._sampler = None
+
+    def _stop_sampler(self) -> Any:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
+        return sampler
+
+    # -- validation inside fit, and standalone validate / test / predict ----------------------------------
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        if self._fit is not None:
+            self._interrupt("validation")
+        else:
+            self._start_eval(trainer, "validate")
+
+    @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        if self._fit is not None:
+            self._fit.clock.settle(perf_counter())
+        else:
+            self._finish_eval(trainer, "finished")
+
+    @override
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start_eval(trainer, "test")
+
+    @override
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._finish_eval(trainer, "finished")
+
+    @override
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start_eval(trainer, "predict")
+
+    @override
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._finish_eval(trainer, "finished")
+
+    def _start_eval(self, trainer: Trainer, stage: str) -> None:
+        self._started_at = _now()
+        self._fit_started = perf_counter()
+        loop = getattr(trainer, _EVAL_STAGES[stage])
+        self._eval = self._new_session(trainer, stage, loop._data_fetcher)
+        self._eval.clock.epoch_started()
+
+    def _finish_eval(self, trainer: Trainer, status: str) -> None:
+        session, self._eval = self._eval, None
+        if session is None:
+            return
+        self._finish(trainer, session, status, getattr(trainer, _EVAL_STAGES[session.stage])._data_fetcher)
+
+    # -- the end of a run, however it ends -----------------------------------------------------------------
+
+    @override
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        status = "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed"
+        if self._fit is not None:
+            self._finish_fit(trainer, status)
+        self._finish_eval(trainer, status)
+
+    @override
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # normally everything ended in on_train_end / on_*_end; this is the safety net
+        for session in (self._fit, self._eval):
+            if session is not None and session.window is not None:
+                session.window.close()
+        self._stop_sampler()
+        fetcher_hooks.uninstrument(trainer.fit_loop._data_fetcher)
+        for loop_name in _EVAL_STAGES.values():
+            fetcher_hooks.uninstrument(getattr(trainer, loop_name)._data_fetcher)
+        self._reset_runtime()
+
+    def _finish_fit(self, trainer: Trainer, status: str) -> None:
+        session, self._fit = self._fit, None
+        self._finish(trainer, session, status, trainer.fit_loop._data_fetcher)
+
+    def _finish(self, trainer: Trainer, session: PerfSession, status: str, fetcher: Any) -> None:
+        """Stop measuring, then summarise, diagnose and write. Never raises: the run's own outcome wins."""
+        ended = perf_counter()
+        fetcher_hooks.uninstrument(fetcher)
+        session.clock.interrupt(ended)
+        if session.window is not None:
+            session.window.close()
+        sampler = self._stop_sampler() if session.stage == "fit" else None
+        try:
+            if session.stage == "fit" and session.clock.window_steps:
+                self._flush_window(trainer, session)
+            summary = self._summarise(trainer, session, status, ended - self._fit_started, sampler)
+            self.last_summary = summary
+            if trainer.is_global_zero:
+                self._write_summary(trainer, summary)
+        except Exception as err:
+            warnings.warn(f"lightning-perf: could not write the run summary: {err}", stacklevel=2)
+        if session.window is not None and status == "finished":
+            self._report_short_run(session)
+
+    def _report_short_run(self, session: PerfSession) -> None:
+        last_step = self.schedule.last_step
+        if last_step is None or session.batches > last_step:
+            return
+        written = len(session.window.traces)
+        rank_zero_info(
+            f"lightning-perf: the {session.stage} run ended after {session.batches} batches, shorter than the "
+            f"profiling schedule ({self.schedule.describe()}: {last_step + 1} batches); "
+            + (f"{written} trace(s) written." if written else "no step was recorded, so no trace was written.")
+        )
+
+    def _summarise(
+        self, trainer: Trainer, session: PerfSession, status: str, wall_s: float, sampler: Any
+    ) -> RunSummary:
+        dataloader = train_dataloader(trainer) if session.stage == "fit" else None
+        summary = RunSummary(
+            run_name=os.path.basename(os.path.normpath(self._trace_dir)) if self._trace_dir else "",
+            log_dir=self._trace_dir,
+            stage=session.stage,
+            status=status,
+            started_at=self._started_at,
+            ended_at=_now(),
+            global_rank=trainer.global_rank,
+            world_size=trainer.world_size,
+            timing=session.clock.summary(train_wall_s=wall_s),
+            settings=collect_settings(
+                trainer, dataloader, session.batch_size_seen, session.input_shapes_vary
+            ),
+            traces=list(session.window.traces) if session.window is not None else [],
+        )
+        if sampler is not None:
+            summary.utilization = sampler.summary()
+        return summary
+
+    def _write_summary(self, trainer: Trainer, summary: RunSummary) -> None:
+        if not self._trace_dir:
+            return
+        name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
+        summary.save(os.path.join(self._trace_dir, name))
+
+
+def _check_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"`{name}` must be a number > 0, got {value!r}")
+
+
+def _check_optional_count(name: str, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1 or None, got {value!r}")
+
+
+def _default_activities(trainer: Trainer) -> tuple[str, ...]:
+    return ("cpu", "cuda") if trainer.strategy.root_device.type == "cuda" else ("cpu",)
+
+
+def _backend() -> str | None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return str(torch.distributed.get_backend())
+    return None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _ensure_log_handler() -> None:
+    # our info lines ("no GPU", "run shorter than the schedule") should be seen, as Lightning's are
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False

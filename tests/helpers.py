@@ -1,0 +1,151 @@
+"""Tiny models, datasets and trace readers shared by the tests (real Lightning, real torch)."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import time
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+FEATURES = 8
+
+
+class SleepyDataset(Dataset):
+    """``n`` random samples; each ``__getitem__`` sleeps ``delay_s`` (a DataLoader with a known cost)."""
+
+    def __init__(self, n: int = 64, delay_s: float = 0.0, features: int = FEATURES) -> None:
+        self.n = n
+        self.delay_s = delay_s
+        self.data = torch.randn(n, features)
+        self.target = torch.randn(n, 1)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return self.data[index], self.target[index]
+
+
+class SleepyIterable(IterableDataset):
+    """An iterable (no ``len``) version: Lightning prefetches one batch ahead for these."""
+
+    def __init__(self, n: int = 64, delay_s: float = 0.0) -> None:
+        self.n = n
+        self.delay_s = delay_s
+
+    def __iter__(self):
+        for _ in range(self.n):
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            yield torch.randn(FEATURES), torch.randn(1)
+
+
+class TinyModel(L.LightningModule):
+    def __init__(self, step_delay_s: float = 0.0, fail_at_batch: int | None = None, interrupt: bool = False):
+        super().__init__()
+        self.layer = torch.nn.Linear(FEATURES, 1)
+        self.step_delay_s = step_delay_s
+        self.fail_at_batch = fail_at_batch
+        self.interrupt = interrupt
+        self.seen_batches = 0
+
+    def forward(self, x):
+        return self.layer(x)
+
+    def training_step(self, batch, batch_idx):
+        self.seen_batches += 1
+        if self.fail_at_batch is not None and self.seen_batches > self.fail_at_batch:
+            raise KeyboardInterrupt if self.interrupt else RuntimeError("injected failure")
+        if self.step_delay_s:
+            time.sleep(self.step_delay_s)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self(x), y))
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self(x), y))
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch[0])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class TwoOptimizerModel(TinyModel):
+    """Manual optimization with two optimizers stepped in every training_step."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.other = torch.nn.Linear(FEATURES, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        opt_a, opt_b = self.optimizers()
+        for opt, layer in ((opt_a, self.layer), (opt_b, self.other)):
+            loss = torch.nn.functional.mse_loss(layer(x), y)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.layer.parameters(), lr=0.01), torch.optim.Adam(self.other.parameters())
+
+
+def loader(n: int = 64, batch_size: int = 4, delay_s: float = 0.0, num_workers: int = 0, **kwargs) -> DataLoader:
+    return DataLoader(SleepyDataset(n, delay_s), batch_size=batch_size, num_workers=num_workers, **kwargs)
+
+
+def trainer(tmp_path, callbacks, **kwargs) -> L.Trainer:
+    options = dict(
+        default_root_dir=str(tmp_path),
+        max_epochs=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=True,
+        log_every_n_steps=5,
+        num_sanity_val_steps=0,
+    )
+    options.update(kwargs)
+    return L.Trainer(callbacks=callbacks, **options)
+
+
+def trace_files(directory) -> list[str]:
+    return sorted(glob.glob(os.path.join(str(directory), "**", "*.pt.trace.json*"), recursive=True))
+
+
+def load_trace(path: str) -> dict:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def complete_events(trace: dict) -> list[dict]:
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+
+
+def step_spans(trace: dict) -> list[dict]:
+    spans = [e for e in complete_events(trace) if str(e.get("name", "")).startswith("ProfilerStep#")]
+    return sorted(spans, key=lambda e: e["ts"])
+
+
+def events_inside(trace: dict, span: dict) -> list[dict]:
+    start, end = span["ts"], span["ts"] + span["dur"]
+    return [
+        e
+        for e in complete_events(trace)
+        if e is not span and e.get("pid") == span.get("pid") and start <= e["ts"] and e["ts"] + e["dur"] <= end
+    ]
