@@ -216,7 +216,9 @@ class PerfCallback(Callback):
             )
         session = PerfSession(stage, StepClock(measure_data_wait=measure_wait), window, self.batch_size)
         if not fetcher_hooks.instrument(fetcher, session):
-            rank_zero_info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
+            rank_zero_info(
+                "lightning-perf: could not attach to this loop's data fetcher; nothing is measured"
+            )
         return session
 
     # -- training ------------------------------------------------------------------------------------------
@@ -400,7 +402,11 @@ class PerfCallback(Callback):
         rank_zero_info(
             f"lightning-perf: the {session.stage} run ended after {session.batches} batches, shorter than the "
             f"profiling schedule ({self.schedule.describe()}: {last_step + 1} batches); "
-            + (f"{written} trace(s) written." if written else "no step was recorded, so no trace was written.")
+            + (
+                f"{written} trace(s) written."
+                if written
+                else "no step was recorded, so no trace was written."
+            )
         )
 
     def _summarise(

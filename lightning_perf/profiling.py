@@ -10,6 +10,7 @@ Nothing here may break training: I/O and export errors become one warning each a
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import os
@@ -227,10 +228,8 @@ class ProfilerWindow:
         prof, self._prof = self._prof, None
         self._next_start = None
         if prof is not None:
-            try:
+            with contextlib.suppress(Exception):  # already reported; the profiler is dropped either way
                 prof.stop()
-            except Exception:
-                pass  # already reported; the profiler is being dropped either way
         _ensure_profiler_disabled()
 
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
@@ -295,11 +294,16 @@ class ProfilerWindow:
         if self.with_stack and self.export_stacks:
             jobs.append(("collapsed stacks", lambda: exports.export_collapsed_stacks(prof, base)))
         if self.export_speedscope:
-            jobs.append(("speedscope", lambda: exports.trace_to_speedscope(trace_path, base + ".speedscope.json")))
+            jobs.append(
+                ("speedscope", lambda: exports.trace_to_speedscope(trace_path, base + ".speedscope.json"))
+            )
         if self.export_memory_timeline and self.profile_memory and self.record_shapes and self.with_stack:
             device = "cuda:0" if "cuda" in self.activities else "cpu"
             jobs.append(
-                ("memory timeline", lambda: exports.export_memory_timeline(prof, base + ".memory.html", device))
+                (
+                    "memory timeline",
+                    lambda: exports.export_memory_timeline(prof, base + ".memory.html", device),
+                )
             )
         for label, job in jobs:
             try:

@@ -43,7 +43,9 @@ class ProfileSchedule:
             if value < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {value}")
         if self.active < 1:
-            raise ValueError(f"`active` must be >= 1 (at least one recorded batch per cycle), got {self.active}")
+            raise ValueError(
+                f"`active` must be >= 1 (at least one recorded batch per cycle), got {self.active}"
+            )
         if self.warmup == 0:
             # Same advice torch.profiler.schedule gives: the first recorded step then pays the start-up cost.
             warnings.warn(

@@ -162,7 +162,9 @@ class StepClock:
                 summary.samples_per_sec = self._samples / self._sum_step_s
             if self.measure_data_wait:
                 summary.data_wait_ms = Distribution.of(self._wait_ms)
-                summary.compute_ms = Distribution.of([s - w for s, w in zip(self._step_ms, self._wait_ms)])
+                summary.compute_ms = Distribution.of(
+                    [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)]
+                )
                 summary.data_wait_pct = self._sum_wait_s / self._sum_step_s * 100.0
         return summary
 

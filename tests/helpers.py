@@ -104,7 +104,9 @@ class TwoOptimizerModel(TinyModel):
         return torch.optim.SGD(self.layer.parameters(), lr=0.01), torch.optim.Adam(self.other.parameters())
 
 
-def loader(n: int = 64, batch_size: int = 4, delay_s: float = 0.0, num_workers: int = 0, **kwargs) -> DataLoader:
+def loader(
+    n: int = 64, batch_size: int = 4, delay_s: float = 0.0, num_workers: int = 0, **kwargs
+) -> DataLoader:
     return DataLoader(SleepyDataset(n, delay_s), batch_size=batch_size, num_workers=num_workers, **kwargs)
 
 
@@ -147,5 +149,8 @@ def events_inside(trace: dict, span: dict) -> list[dict]:
     return [
         e
         for e in complete_events(trace)
-        if e is not span and e.get("pid") == span.get("pid") and start <= e["ts"] and e["ts"] + e["dur"] <= end
+        if e is not span
+        and e.get("pid") == span.get("pid")
+        and start <= e["ts"]
+        and e["ts"] + e["dur"] <= end
     ]
