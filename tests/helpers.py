@@ -154,3 +154,20 @@ def events_inside(trace: dict, span: dict) -> list[dict]:
         and start <= e["ts"]
         and e["ts"] + e["dur"] <= end
     ]
+
+
+class TinyDataModule(L.LightningDataModule):
+    """Typed arguments so the Lightning CLI can configure it from YAML."""
+
+    def __init__(self, n: int = 64, batch_size: int = 4, delay_s: float = 0.0, num_workers: int = 0) -> None:
+        super().__init__()
+        self.n = n
+        self.batch_size = batch_size
+        self.delay_s = delay_s
+        self.num_workers = num_workers
+
+    def train_dataloader(self) -> DataLoader:
+        return loader(self.n, self.batch_size, self.delay_s, self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return loader(max(self.batch_size, self.n // 4), self.batch_size, 0.0, 0)
