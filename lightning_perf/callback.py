@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import os
+import socket
+import statistics
 import sys
 import warnings
 from time import perf_counter
@@ -17,16 +20,31 @@ from typing_extensions import override
 
 from lightning_perf import fetcher as fetcher_hooks
 from lightning_perf import tensorboard
-from lightning_perf.fingerprint import collect_settings, train_dataloader
+from lightning_perf.abtest import cudnn_benchmark_ab
+from lightning_perf.distributed import WINDOW, RankReducer, rank_table, reduce_window
+from lightning_perf.fingerprint import collect_settings, model_has_conv, train_dataloader
 from lightning_perf.profiling import ProfilerWindow, validate_activities
 from lightning_perf.schedule import ProfileSchedule
-from lightning_perf.session import PerfSession
-from lightning_perf.summary import SUMMARY_FILENAME, RunSummary
-from lightning_perf.timing import EPOCH_START_MS, StepClock
+from lightning_perf.session import PerfSession, first_tensor
+from lightning_perf.summary import SUMMARY_FILENAME, GpuUtilization, RunSummary, TraceFile
+from lightning_perf.timing import DATA_WAIT_MS, EPOCH_START_MS, STEP_TIME_MS, StepClock
+
+KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
 
 log = logging.getLogger("lightning_perf")
 
-_RUNTIME_ATTRS = ("_fit", "_eval", "_sampler", "_trace_dir", "_log_every", "_fit_started", "_started_at")
+_RUNTIME_ATTRS = (
+    "_fit",
+    "_eval",
+    "_sampler",
+    "_reducer",
+    "_trace_dir",
+    "_fit_started",
+    "_started_at",
+    "_hp_placeholder",
+    "_ab_input",
+    "_keep_ab_input",
+)
 _EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
 
 
@@ -75,6 +93,9 @@ class PerfCallback(Callback):
         probe_num_workers: "auto" measures DataLoader throughput per num_workers when the run is input-bound,
             "always" whatever the verdict, "never" not at all.
         probe_budget_s: total seconds the num_workers probe may take.
+        ab_cudnn_benchmark: at the end of ``fit`` on CUDA with convolutions, time the model on one batch with
+            ``cudnn.benchmark`` off and on (the user's setting is restored).
+        log_hparams: put the settings fingerprint and headline results in TensorBoard's HParams tab.
 
     Example::
 
@@ -107,6 +128,8 @@ class PerfCallback(Callback):
         diagnose: bool = True,
         probe_num_workers: Literal["auto", "always", "never"] = "auto",
         probe_budget_s: float = 10.0,
+        ab_cudnn_benchmark: bool = True,
+        log_hparams: bool = True,
     ) -> None:
         super().__init__()
         self.schedule = ProfileSchedule(
@@ -141,6 +164,8 @@ class PerfCallback(Callback):
         self.diagnose = diagnose
         self.probe_num_workers = probe_num_workers
         self.probe_budget_s = float(probe_budget_s)
+        self.ab_cudnn_benchmark = ab_cudnn_benchmark
+        self.log_hparams = log_hparams
         self._reset_runtime()
         #: the summary of the last finished run (fit, or validate/test/predict)
         self.last_summary: RunSummary | None = None
@@ -151,10 +176,14 @@ class PerfCallback(Callback):
         self._fit: PerfSession | None = None
         self._eval: PerfSession | None = None
         self._sampler: Any = None
+        self._reducer: RankReducer | None = None
         self._trace_dir: str | None = None
         self._log_every = 50
         self._fit_started = 0.0
         self._started_at: str | None = None
+        self._hp_placeholder = False
+        self._ab_input: torch.Tensor | None = None
+        self._keep_ab_input = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -176,9 +205,15 @@ class PerfCallback(Callback):
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."
             )
         _ensure_log_handler()
-        # trainer.log_dir broadcasts under DDP: resolve it here, on every rank
+        # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
         self._trace_dir = self._resolve_dir(trainer)
         self._log_every = self.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 50))
+        if stage == "fit":
+            self._reducer = RankReducer()
+            self._reducer.gather_hosts(socket.gethostname())
+            if self.log_hparams:
+                # before Lightning writes its hp_metric placeholder, which would hide ours (see tensorboard.py)
+                self._hp_placeholder = tensorboard.disable_default_hp_metric(trainer)
 
     def _resolve_dir(self, trainer: Trainer) -> str:
         if self.dirpath is not None:
@@ -195,10 +230,10 @@ class PerfCallback(Callback):
                 "lightning-perf: training_step fetches its own batches (dataloader_iter); DataLoader wait "
                 "cannot be measured at the fetch and is not reported."
             )
-        window = None
+        session = PerfSession(stage, StepClock(measure_data_wait=measure_wait), None, self.batch_size)
         if self.enable_profiler:
             activities = self.activities or _default_activities(trainer)
-            window = ProfilerWindow(
+            session.window = ProfilerWindow(
                 self.schedule,
                 activities,
                 self._trace_dir or trainer.default_root_dir,
@@ -213,13 +248,30 @@ class PerfCallback(Callback):
                 export_stacks=self.export_stacks,
                 export_speedscope=self.export_speedscope,
                 export_memory_timeline=self.export_memory_timeline,
+                on_trace=(lambda trace, prof: self._trace_written(trainer, session, trace))
+                if "cuda" in activities
+                else None,
             )
-        session = PerfSession(stage, StepClock(measure_data_wait=measure_wait), window, self.batch_size)
         if not fetcher_hooks.instrument(fetcher, session):
             rank_zero_info(
                 "lightning-perf: could not attach to this loop's data fetcher; nothing is measured"
             )
         return session
+
+    def _trace_written(self, trainer: Trainer, session: PerfSession, trace: TraceFile) -> None:
+        """A cycle with CUDA activity was saved: its kernel-busy share, as torch-tb-profiler computes it."""
+        from lightning_perf import traces
+
+        path = os.path.join(session.window.trace_dir, trace.path)
+        try:
+            busy = traces.kernel_busy_pct(traces.iter_events(path))
+        except Exception as err:
+            log.warning("lightning-perf: could not read kernel activity from %s: %s", path, err)
+            return
+        if busy is not None:
+            session.kernel_busy_pct.append(busy)
+            if session.stage == "fit":
+                tensorboard.log_metrics(trainer, {KERNEL_BUSY_PCT: busy}, trainer.global_step)
 
     # -- training ------------------------------------------------------------------------------------------
 
@@ -228,6 +280,13 @@ class PerfCallback(Callback):
         self._started_at = _now()
         self._fit_started = perf_counter()
         self._fit = self._new_session(trainer, "fit", trainer.fit_loop._data_fetcher)
+        tensorboard.write_custom_scalars_layout(trainer)
+        device = trainer.strategy.root_device
+        # one real batch is kept for the cudnn.benchmark A/B, only where that A/B applies
+        self._ab_input = None
+        self._keep_ab_input = (
+            self.ab_cudnn_benchmark and device.type == "cuda" and bool(model_has_conv(pl_module))
+        )
         if self.utilization:
             self._start_sampler(trainer)
 
@@ -242,13 +301,20 @@ class PerfCallback(Callback):
         session.clock.epoch_started()
 
     @override
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._keep_ab_input and self._ab_input is None:
+            self._ab_input = first_tensor(batch)
+
+    @override
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         session = self._fit
         if session is not None and session.clock.window_steps >= self._log_every:
             started = perf_counter()
-            self._flush_window(trainer, session)
+            self._flush_window(trainer, session, collective=True)
             session.clock.exclude(perf_counter() - started)
 
     @override
@@ -272,10 +338,15 @@ class PerfCallback(Callback):
         if session.window is not None:
             session.window.end_step_span()
 
-    def _flush_window(self, trainer: Trainer, session: PerfSession) -> None:
+    def _flush_window(self, trainer: Trainer, session: PerfSession, collective: bool) -> None:
         metrics = session.clock.take_window()
         if self._sampler is not None:
             metrics.update(self._sampler.take_window())
+        reducer = self._reducer
+        if collective and reducer is not None and reducer.distributed:
+            per_rank = reducer.gather(WINDOW, metrics)  # on every rank, before any rank-zero check
+            if per_rank is not None:
+                metrics.update(reduce_window(per_rank))
         epoch_start = session.clock.last_epoch_start_ms
         if epoch_start is not None:
             metrics[EPOCH_START_MS] = epoch_start
@@ -368,6 +439,10 @@ class PerfCallback(Callback):
         fetcher_hooks.uninstrument(trainer.fit_loop._data_fetcher)
         for loop_name in _EVAL_STAGES.values():
             fetcher_hooks.uninstrument(getattr(trainer, loop_name)._data_fetcher)
+        if self._hp_placeholder:
+            logger = tensorboard.tensorboard_logger(trainer)
+            if logger is not None:
+                logger._default_hp_metric = True  # the user's logger as it was, for a later fit
         self._reset_runtime()
 
     def _finish_fit(self, trainer: Trainer, status: str) -> None:
@@ -381,33 +456,25 @@ class PerfCallback(Callback):
         session.clock.interrupt(ended)
         if session.window is not None:
             session.window.close()
-        sampler = self._stop_sampler() if session.stage == "fit" else None
+        fit = session.stage == "fit"
+        sampler = self._stop_sampler() if fit else None
+        # collectives only when every rank gets here the same way: a rank that raised calls none
+        collective = fit and status == "finished"
         try:
-            if session.stage == "fit" and session.clock.window_steps:
-                self._flush_window(trainer, session)
+            if fit and session.clock.window_steps:
+                self._flush_window(trainer, session, collective)
             summary = self._summarise(trainer, session, status, ended - self._fit_started, sampler)
+            if collective and self._reducer is not None and self._reducer.distributed:
+                summary.ranks = rank_table(self._reducer, _rank_figures(summary))
+            if fit and trainer.is_global_zero and self.diagnose:
+                self._analyse(trainer, summary, status)
             self.last_summary = summary
             if trainer.is_global_zero:
-                self._write_summary(trainer, summary)
+                self._write(trainer, summary)
         except Exception as err:
-            warnings.warn(f"lightning-perf: could not write the run summary: {err}", stacklevel=2)
+            warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
         if session.window is not None and status == "finished":
             self._report_short_run(session)
-
-    def _report_short_run(self, session: PerfSession) -> None:
-        last_step = self.schedule.last_step
-        if last_step is None or session.batches > last_step:
-            return
-        written = len(session.window.traces)
-        rank_zero_info(
-            f"lightning-perf: the {session.stage} run ended after {session.batches} batches, shorter than the "
-            f"profiling schedule ({self.schedule.describe()}: {last_step + 1} batches); "
-            + (
-                f"{written} trace(s) written."
-                if written
-                else "no step was recorded, so no trace was written."
-            )
-        )
 
     def _summarise(
         self, trainer: Trainer, session: PerfSession, status: str, wall_s: float, sampler: Any
@@ -430,13 +497,80 @@ class PerfCallback(Callback):
         )
         if sampler is not None:
             summary.utilization = sampler.summary()
+        if session.kernel_busy_pct:
+            gpu = summary.utilization.gpu or GpuUtilization()
+            gpu.kernel_busy_pct = statistics.fmean(session.kernel_busy_pct)
+            summary.utilization.gpu = gpu
         return summary
 
-    def _write_summary(self, trainer: Trainer, summary: RunSummary) -> None:
-        if not self._trace_dir:
+    def _analyse(self, trainer: Trainer, summary: RunSummary, status: str) -> None:
+        """After the last step, on rank zero: the measured probes, then the diagnosis."""
+        from lightning_perf.diagnosis import diagnose, input_bound_verdict
+
+        if status == "finished":
+            if self.ab_cudnn_benchmark:
+                summary.probes["cudnn_benchmark"] = cudnn_benchmark_ab(
+                    trainer.lightning_module, self._ab_input, trainer.strategy.root_device
+                )
+            self._ab_input = None
+            verdict = input_bound_verdict(summary.timing.data_wait_pct)
+            wanted = self.probe_num_workers == "always" or (
+                self.probe_num_workers == "auto"
+                and verdict in ("highly input-bound", "moderately input-bound")
+            )
+            dataloader = train_dataloader(trainer)
+            if wanted and dataloader is not None:
+                from lightning_perf.probe import probe_num_workers
+
+                compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
+                probe = probe_num_workers(dataloader, compute, budget_s=self.probe_budget_s)
+                summary.probes["num_workers"] = dataclasses.asdict(probe)
+        summary.findings = diagnose(summary)
+
+    def _write(self, trainer: Trainer, summary: RunSummary) -> None:
+        if self._trace_dir:
+            name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
+            summary.save(os.path.join(self._trace_dir, name))
+        if summary.stage != "fit":
             return
-        name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
-        summary.save(os.path.join(self._trace_dir, name))
+        if summary.findings:
+            from lightning_perf.diagnosis import render_console, render_markdown
+
+            tensorboard.add_text(
+                trainer, "perf/diagnosis", render_markdown(summary.findings, summary), trainer.global_step
+            )
+            rank_zero_info(render_console(summary.findings))
+        if "num_workers" in summary.probes:
+            tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
+        if self.log_hparams:
+            tensorboard.write_hparams(trainer, summary, self._hp_placeholder)
+
+    def _report_short_run(self, session: PerfSession) -> None:
+        last_step = self.schedule.last_step
+        if last_step is None or session.batches > last_step:
+            return
+        written = len(session.window.traces)
+        rank_zero_info(
+            f"lightning-perf: the {session.stage} run ended after {session.batches} batches, shorter than the "
+            f"profiling schedule ({self.schedule.describe()}: {last_step + 1} batches); "
+            + (
+                f"{written} trace(s) written."
+                if written
+                else "no step was recorded, so no trace was written."
+            )
+        )
+
+
+def _rank_figures(summary: RunSummary) -> dict[str, float]:
+    """This rank's run figures for the per-rank table."""
+    timing, utilization = summary.timing, summary.utilization
+    figures = {
+        STEP_TIME_MS: timing.step_time_ms and timing.step_time_ms.median,
+        DATA_WAIT_MS: timing.data_wait_ms and timing.data_wait_ms.median,
+        "perf/gpu_util_pct": utilization.gpu and utilization.gpu.util_pct,
+        "perf/cpu_util_pct": utilization.cpu and utilization.cpu.process_cpu_pct,
+    }
+    return {key: float(value) for key, value in figures.items() if value is not None}
 
 
 def _check_positive(name: str, value: float) -> None:

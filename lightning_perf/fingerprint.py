@@ -29,11 +29,6 @@ def train_dataloader(trainer: Any) -> DataLoader | None:
     return None
 
 
-def accelerator_name(trainer: Any) -> str:
-    device = trainer.strategy.root_device
-    return device.type
-
-
 def model_has_conv(module: torch.nn.Module | None) -> bool | None:
     if module is None:
         return None

@@ -58,6 +58,7 @@ class PerfSession:
         self.shapes: set[tuple[int, ...]] = set()
         self.batch_size_seen: int | None = None
         self._last_shape: torch.Size | None = None
+        self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
 
     # -- fetcher listener --------------------------------------------------------------------------------
 

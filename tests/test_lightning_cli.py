@@ -32,6 +32,8 @@ NON_DEFAULTS = {
     "diagnose": False,
     "probe_num_workers": "never",
     "probe_budget_s": 2.5,
+    "ab_cudnn_benchmark": False,
+    "log_hparams": False,
 }
 
 
