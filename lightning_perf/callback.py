@@ -280,6 +280,8 @@ class PerfCallback(Callback):
         self._started_at = _now()
         self._fit_started = perf_counter()
         self._fit = self._new_session(trainer, "fit", trainer.fit_loop._data_fetcher)
+        if self._reducer is not None:
+            self._reducer.check_batch_counts(trainer.num_training_batches)  # collective, on every rank
         tensorboard.write_custom_scalars_layout(trainer)
         device = trainer.strategy.root_device
         # one real batch is kept for the cudnn.benchmark A/B, only where that A/B applies

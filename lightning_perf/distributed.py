@@ -34,8 +34,8 @@ REDUCED_KEYS = (
 )
 WINDOW, FINAL = 1.0, 2.0
 # How long a rank waits for the others in one of our gathers. Ranks in lockstep arrive within a step of each
-# other; a rank that never comes (it raised, or ran out of batches) releases the rest after this long.
-GATHER_TIMEOUT_S = 120.0
+# other; a rank that never comes (it raised, or an IterableDataset ran out early) releases the rest after this.
+GATHER_TIMEOUT_S = 60.0
 SLOWEST_RANK = "perf/slowest_rank"
 
 
@@ -71,6 +71,27 @@ class RankReducer:
             self._disable(f"host exchange failed: {err}")
             self.hosts = [host]
         return self.hosts
+
+    def check_batch_counts(self, batches_per_epoch: float) -> None:
+        """Turn cross-rank figures off up front when the ranks' epochs have different lengths (collective).
+
+        Ranks then reach their windows and the end of training at different batches. Lightning itself
+        broadcasts on every batch (its SIGTERM check), so a rank that finished first would wait in our gather
+        for a rank that waits in Lightning's broadcast: better to know before the first gather.
+        """
+        if not self.distributed or self.failed:
+            return
+        local = torch.tensor([float(batches_per_epoch)], dtype=torch.float64)
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        try:
+            torch.distributed.all_gather(gathered, local, group=self._group)
+        except Exception as err:
+            self._disable(f"batch count exchange failed: {err}")
+            return
+        counts = [t.item() for t in gathered]
+        if len(set(counts)) > 1:
+            shown = ", ".join(f"rank {r}: {c:g}" for r, c in enumerate(counts))
+            self._disable(f"ranks have different numbers of batches per epoch ({shown})")
 
     def gather(self, kind: float, values: Mapping[str, float]) -> list[dict[str, float]] | None:
         """Every rank's ``values`` (by global rank), or None when the ranks are out of step or it failed."""
