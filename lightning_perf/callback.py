@@ -361,7 +361,10 @@ class PerfCallback(Callback):
 
             device = trainer.strategy.root_device
             cuda_devices = [device.index or 0] if device.type == "cuda" else []
-            self._sampler = UtilSampler(self.util_interval_s, cuda_devices)
+            # under strategy="ddp" rank 0 launched the other local ranks: they are not DataLoader workers
+            launcher = getattr(trainer.strategy, "launcher", None)
+            other_ranks = [proc.pid for proc in getattr(launcher, "procs", None) or []]
+            self._sampler = UtilSampler(self.util_interval_s, cuda_devices, exclude_pids=other_ranks)
             self._sampler.start()
         except Exception as err:
             warnings.warn(f"lightning-perf: utilization sampling is off: {err}", stacklevel=2)
