@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import logging
 import os
 import socket
-import statistics
 import sys
 import warnings
 from time import perf_counter
@@ -19,15 +16,14 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_perf import fetcher as fetcher_hooks
-from lightning_perf import tensorboard
-from lightning_perf.abtest import cudnn_benchmark_ab
+from lightning_perf import run_end, tensorboard
 from lightning_perf.distributed import WINDOW, RankReducer, rank_table, reduce_window
-from lightning_perf.fingerprint import collect_settings, model_has_conv, train_dataloader
+from lightning_perf.fingerprint import model_has_conv
 from lightning_perf.profiling import ProfilerWindow, validate_activities
 from lightning_perf.schedule import ProfileSchedule
 from lightning_perf.session import PerfSession, first_tensor
-from lightning_perf.summary import SUMMARY_FILENAME, GpuUtilization, RunSummary, TraceFile
-from lightning_perf.timing import DATA_WAIT_MS, EPOCH_START_MS, STEP_TIME_MS, StepClock
+from lightning_perf.summary import RunSummary, TraceFile
+from lightning_perf.timing import EPOCH_START_MS, StepClock
 
 KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
 
@@ -277,7 +273,7 @@ class PerfCallback(Callback):
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._started_at = _now()
+        self._started_at = run_end.now()
         self._fit_started = perf_counter()
         self._fit = self._new_session(trainer, "fit", trainer.fit_loop._data_fetcher)
         if self._reducer is not None:
@@ -413,7 +409,7 @@ class PerfCallback(Callback):
         self._finish_eval(trainer, "finished")
 
     def _start_eval(self, trainer: Trainer, stage: str) -> None:
-        self._started_at = _now()
+        self._started_at = run_end.now()
         self._fit_started = perf_counter()
         loop = getattr(trainer, _EVAL_STAGES[stage])
         self._eval = self._new_session(trainer, stage, loop._data_fetcher)
@@ -468,114 +464,41 @@ class PerfCallback(Callback):
         try:
             if fit and session.clock.window_steps:
                 self._flush_window(trainer, session, collective)
-            summary = self._summarise(trainer, session, status, ended - self._fit_started, sampler)
+            summary = run_end.build_summary(
+                trainer,
+                session,
+                status=status,
+                wall_s=ended - self._fit_started,
+                started_at=self._started_at,
+                log_dir=self._trace_dir,
+                sampler=sampler,
+            )
             if collective and self._reducer is not None and self._reducer.distributed:
-                summary.ranks = rank_table(self._reducer, _rank_figures(summary))
+                summary.ranks = rank_table(self._reducer, summary)
             if fit and trainer.is_global_zero and self.diagnose:
-                self._analyse(trainer, summary, status)
-            self.last_summary = summary
-            if trainer.is_global_zero:
-                self._write(trainer, summary)
-        except Exception as err:
-            warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
-        if session.window is not None and status == "finished":
-            self._report_short_run(session)
-
-    def _summarise(
-        self, trainer: Trainer, session: PerfSession, status: str, wall_s: float, sampler: Any
-    ) -> RunSummary:
-        dataloader = train_dataloader(trainer) if session.stage == "fit" else None
-        summary = RunSummary(
-            run_name=os.path.basename(os.path.normpath(self._trace_dir)) if self._trace_dir else "",
-            log_dir=self._trace_dir,
-            stage=session.stage,
-            status=status,
-            started_at=self._started_at,
-            ended_at=_now(),
-            global_rank=trainer.global_rank,
-            world_size=trainer.world_size,
-            timing=session.clock.summary(train_wall_s=wall_s),
-            settings=collect_settings(
-                trainer, dataloader, session.batch_size_seen, session.input_shapes_vary
-            ),
-            traces=list(session.window.traces) if session.window is not None else [],
-        )
-        if sampler is not None:
-            summary.utilization = sampler.summary()
-        if session.kernel_busy_pct:
-            gpu = summary.utilization.gpu or GpuUtilization()
-            gpu.kernel_busy_pct = statistics.fmean(session.kernel_busy_pct)
-            summary.utilization.gpu = gpu
-        return summary
-
-    def _analyse(self, trainer: Trainer, summary: RunSummary, status: str) -> None:
-        """After the last step, on rank zero: the measured probes, then the diagnosis."""
-        from lightning_perf.diagnosis import diagnose, input_bound_verdict
-
-        if status == "finished":
-            if self.ab_cudnn_benchmark:
-                summary.probes["cudnn_benchmark"] = cudnn_benchmark_ab(
-                    trainer.lightning_module, self._ab_input, trainer.strategy.root_device
+                run_end.analyse(
+                    trainer,
+                    summary,
+                    status=status,
+                    ab_input=self._ab_input,
+                    ab_cudnn_benchmark=self.ab_cudnn_benchmark,
+                    probe_num_workers=self.probe_num_workers,
+                    probe_budget_s=self.probe_budget_s,
                 )
             self._ab_input = None
-            verdict = input_bound_verdict(summary.timing.data_wait_pct)
-            wanted = self.probe_num_workers == "always" or (
-                self.probe_num_workers == "auto"
-                and verdict in ("highly input-bound", "moderately input-bound")
-            )
-            dataloader = train_dataloader(trainer)
-            if wanted and dataloader is not None:
-                from lightning_perf.probe import probe_num_workers
-
-                compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
-                probe = probe_num_workers(dataloader, compute, budget_s=self.probe_budget_s)
-                summary.probes["num_workers"] = dataclasses.asdict(probe)
-        summary.findings = diagnose(summary)
-
-    def _write(self, trainer: Trainer, summary: RunSummary) -> None:
-        if self._trace_dir:
-            name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
-            summary.save(os.path.join(self._trace_dir, name))
-        if summary.stage != "fit":
-            return
-        if summary.findings:
-            from lightning_perf.diagnosis import render_console, render_markdown
-
-            tensorboard.add_text(
-                trainer, "perf/diagnosis", render_markdown(summary.findings, summary), trainer.global_step
-            )
-            rank_zero_info(render_console(summary.findings))
-        if "num_workers" in summary.probes:
-            tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
-        if self.log_hparams:
-            tensorboard.write_hparams(trainer, summary, self._hp_placeholder)
-
-    def _report_short_run(self, session: PerfSession) -> None:
-        last_step = self.schedule.last_step
-        if last_step is None or session.batches > last_step:
-            return
-        written = len(session.window.traces)
-        rank_zero_info(
-            f"lightning-perf: the {session.stage} run ended after {session.batches} batches, shorter than the "
-            f"profiling schedule ({self.schedule.describe()}: {last_step + 1} batches); "
-            + (
-                f"{written} trace(s) written."
-                if written
-                else "no step was recorded, so no trace was written."
-            )
-        )
-
-
-def _rank_figures(summary: RunSummary) -> dict[str, float]:
-    """This rank's run figures for the per-rank table."""
-    timing, utilization = summary.timing, summary.utilization
-    figures = {
-        STEP_TIME_MS: timing.step_time_ms and timing.step_time_ms.median,
-        DATA_WAIT_MS: timing.data_wait_ms and timing.data_wait_ms.median,
-        "perf/gpu_util_pct": utilization.gpu and utilization.gpu.util_pct,
-        "perf/cpu_util_pct": utilization.cpu and utilization.cpu.process_cpu_pct,
-    }
-    return {key: float(value) for key, value in figures.items() if value is not None}
+            self.last_summary = summary
+            if trainer.is_global_zero:
+                run_end.write(
+                    trainer,
+                    summary,
+                    log_dir=self._trace_dir,
+                    log_hparams=self.log_hparams,
+                    hp_placeholder=self._hp_placeholder,
+                )
+        except Exception as err:
+            warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
+        if status == "finished" and (message := run_end.short_run_message(self.schedule, session)):
+            rank_zero_info(message)
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -598,10 +521,6 @@ def _backend() -> str | None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return str(torch.distributed.get_backend())
     return None
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _ensure_log_handler() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from lightning_perf.summary import RankStats
+from lightning_perf.summary import RankStats, RunSummary
 from lightning_perf.timing import COMPUTE_MS, DATA_WAIT_MS, DATA_WAIT_PCT, SAMPLES_PER_SEC, STEP_TIME_MS
 
 log = logging.getLogger("lightning_perf")
@@ -153,9 +153,21 @@ def slowest_rank(per_rank: Sequence[Mapping[str, float]]) -> int | None:
     return max(candidates)[2]
 
 
-def rank_table(reducer: RankReducer, own: Mapping[str, float]) -> list[RankStats]:
+def own_figures(summary: RunSummary) -> dict[str, float]:
+    """This rank's run figures for the per-rank table."""
+    timing, utilization = summary.timing, summary.utilization
+    figures = {
+        STEP_TIME_MS: timing.step_time_ms and timing.step_time_ms.median,
+        DATA_WAIT_MS: timing.data_wait_ms and timing.data_wait_ms.median,
+        "perf/gpu_util_pct": utilization.gpu and utilization.gpu.util_pct,
+        "perf/cpu_util_pct": utilization.cpu and utilization.cpu.process_cpu_pct,
+    }
+    return {key: float(value) for key, value in figures.items() if value is not None}
+
+
+def rank_table(reducer: RankReducer, summary: RunSummary) -> list[RankStats]:
     """The per-rank table of the run summary (collective: call on every rank at the end of fit)."""
-    per_rank = reducer.gather(FINAL, own)
+    per_rank = reducer.gather(FINAL, own_figures(summary))
     if per_rank is None:
         return []
     hosts = reducer.hosts or ["?"] * len(per_rank)
