@@ -15,7 +15,6 @@ COMMANDS = {
     "compare": "lightning_perf.compare_cmd",
     "trial": "lightning_perf.trial",
     "report": "lightning_perf.report",
-    "demo": "lightning_perf.demo",
 }
 
 
