@@ -256,11 +256,11 @@ class PerfCallback(Callback):
 
     def _trace_written(self, trainer: Trainer, session: PerfSession, trace: TraceFile) -> None:
         """A cycle with CUDA activity was saved: its kernel-busy share, as torch-tb-profiler computes it."""
-        from lightning_perf import traces
+        from lightning_perf import trace_analysis, traces
 
         path = os.path.join(session.window.trace_dir, trace.path)
         try:
-            busy = traces.kernel_busy_pct(traces.iter_events(path))
+            busy = trace_analysis.kernel_busy_pct(traces.iter_events(path))
         except Exception as err:
             log.warning("lightning-perf: could not read kernel activity from %s: %s", path, err)
             return

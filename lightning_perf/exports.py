@@ -15,7 +15,8 @@ import warnings
 from collections import defaultdict
 from typing import Any
 
-from lightning_perf.traces import TraceError, TraceReader, span_of
+from lightning_perf.trace_analysis import span_of
+from lightning_perf.traces import TraceError, TraceReader
 
 log = logging.getLogger(__name__)
 

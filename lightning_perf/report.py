@@ -2,9 +2,9 @@
 
 For every ``*.pt.trace.json[.gz]`` in RUN_DIR (one profiled cycle each): the time of each ProfilerStep split
 into torch-tb-profiler's Overview categories (DataLoader, CPU Exec, Kernel, Memcpy, Memset, Communication,
-Runtime, Other; see :func:`lightning_perf.traces.step_breakdown`) and their averages, the top operators by
-self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings of
-``perf_summary.json`` when there is one. ``--format json`` is machine-readable with stable keys.
+Runtime, Other; see :func:`lightning_perf.trace_analysis.step_breakdown`) and their averages, the top
+operators by self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings
+of ``perf_summary.json`` when there is one. ``--format json`` is machine-readable with stable keys.
 
 Exit codes: 0 ok; 2 for a missing RUN_DIR, a RUN_DIR with neither traces nor summary, or corrupt input.
 """
@@ -18,17 +18,17 @@ import sys
 from typing import Any
 
 from lightning_perf.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
-from lightning_perf.traces import (
+from lightning_perf.trace_analysis import (
     CATEGORIES,
     CATEGORY_LABELS,
     OperatorStat,
-    TraceError,
     cpu_operator_stats,
     kernel_busy_pct,
     kernel_stats,
     load_trace,
     step_breakdown,
 )
+from lightning_perf.traces import TraceError
 
 HELP = "Report a run's profiler traces: step time breakdown, top operators, GPU kernel-busy share, findings."
 

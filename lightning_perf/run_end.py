@@ -105,7 +105,7 @@ def write(
     if summary.stage != "fit":
         return
     if summary.findings:
-        from lightning_perf.diagnosis import render_console, render_markdown
+        from lightning_perf.diagnosis_report import render_console, render_markdown
 
         markdown = render_markdown(summary.findings, summary)
         tensorboard.add_text(trainer, "perf/diagnosis", markdown, trainer.global_step)

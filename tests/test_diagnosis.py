@@ -8,13 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from lightning_perf import diagnosis
-from lightning_perf.diagnosis import (
-    SEVERITY_ORDER,
-    diagnose,
-    input_bound_verdict,
-    render_console,
-    render_markdown,
-)
+from lightning_perf.diagnosis import SEVERITY_ORDER, diagnose, input_bound_verdict
+from lightning_perf.diagnosis_report import render_console, render_markdown
 from lightning_perf.summary import (
     CpuUtilization,
     Distribution,

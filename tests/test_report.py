@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_perf import report, traces
+from lightning_perf import report, trace_analysis
 from lightning_perf.summary import SUMMARY_FILENAME, Finding, RunSummary, TimingSummary
 
 
@@ -77,7 +77,7 @@ def test_breakdown_of_each_step_sums_to_its_duration(run_dir, capsys):
             assert abs(total - step["duration_ms"]) <= 0.01 * step["duration_ms"] + 8 * 0.0005
             assert step["categories_ms"]["dataloader"] > 0  # user_annotation spans counted
         # exact on the unrounded figures
-        for step in traces.step_breakdown(traces.load_trace(trace["path"]).spans).steps:
+        for step in trace_analysis.step_breakdown(trace_analysis.load_trace(trace["path"]).spans).steps:
             assert sum(step.categories.values()) == pytest.approx(step.duration, rel=1e-9)
 
 
@@ -92,7 +92,7 @@ def test_json_format_has_stable_keys(run_dir, capsys):
         "path", "file", "rank", "world_size", "events", "steps", "average", "device_aligned",
         "dropped_tail_steps", "kernel_busy_pct", "top_cpu_operators", "top_kernels",
     }  # fmt: skip
-    assert set(trace["average"]["categories_ms"]) == set(traces.CATEGORIES)
+    assert set(trace["average"]["categories_ms"]) == set(trace_analysis.CATEGORIES)
     assert sum(trace["average"]["categories_pct"].values()) == pytest.approx(100, abs=0.5)
     assert len(trace["top_cpu_operators"]) == 3
     assert set(trace["top_cpu_operators"][0]) == {"name", "calls", "self_ms", "total_ms"}

@@ -15,12 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from lightning_perf import utilization
+from lightning_perf.nvml import GPU_MEM_USED, GPU_MEM_UTIL, GPU_POWER, GPU_UTIL
 from lightning_perf.utilization import (
     CPU_UTIL,
-    GPU_MEM_USED,
-    GPU_MEM_UTIL,
-    GPU_POWER,
-    GPU_UTIL,
     PROCESS_RSS,
     SYSTEM_CPU,
     WORKERS_CPU,
