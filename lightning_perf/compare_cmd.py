@@ -153,11 +153,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"lightning-perf compare: wrote TensorBoard run {directory}", file=sys.stderr)
 
     if args.fail_if_slower is not None:
-        return _gate(comparison, args.fail_if_slower)
+        return gate(comparison, args.fail_if_slower)
     return EXIT_OK
 
 
-def _gate(comparison: Comparison, limit_pct: float) -> int:
+def gate(comparison: Comparison, limit_pct: float, prog: str = "lightning-perf compare") -> int:
+    """The ``--fail-if-slower`` regression gate: exit code 1 when a run is over ``limit_pct`` slower."""
     row = comparison.metric("step_time_median_ms")
     assert row is not None
     untimed = [name for name, value in zip(comparison.run_names, row.values, strict=True) if value is None]
@@ -167,7 +168,7 @@ def _gate(comparison: Comparison, limit_pct: float) -> int:
     over = {name: pct for name, pct in comparison.slower_than_baseline.items() if pct > limit_pct}
     for name, pct in over.items():
         print(
-            f"lightning-perf compare: {name} is {pct:.1f}% slower than {comparison.baseline} "
+            f"{prog}: {name} is {pct:.1f}% slower than {comparison.baseline} "
             f"(median step time), more than --fail-if-slower {limit_pct:g}%",
             file=sys.stderr,
         )
