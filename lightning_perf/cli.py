@@ -1,4 +1,4 @@
-"""The ``lightning-perf`` command line: one subcommand per module, imported only when it runs.
+"""The ``lightning-perf`` command line: one subcommand per module (each imports heavy libraries lazily).
 
 Each command module provides ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
 """
@@ -31,19 +31,12 @@ def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
     return parser
 
 
-def _available_modules() -> dict[str, object]:
-    modules = {}
-    for name, path in COMMANDS.items():
-        try:
-            modules[name] = importlib.import_module(path)
-        except ModuleNotFoundError as err:
-            if err.name != path:  # a real missing dependency inside the command: surface it
-                raise
-    return modules
+def _command_modules() -> dict[str, object]:
+    return {name: importlib.import_module(path) for name, path in COMMANDS.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
-    modules = _available_modules()
+    modules = _command_modules()
     parser = build_parser(modules)
     args = parser.parse_args(argv)
     if args.command is None:
