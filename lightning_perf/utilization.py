@@ -73,6 +73,10 @@ CHILD_SCAN_MAX_SHARE = 0.002
 # stop() waits this long for the thread: one NVML call on a GPU in a bad state can block for seconds
 STOP_JOIN_TIMEOUT_S = 10.0
 
+# Children that multiprocessing starts for itself (spawn/forkserver start methods, DDP spawn): not DataLoader
+# workers. Matched on their command line; a forkserver's own children (the workers) still count.
+SERVICE_PROCESS_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
 CPU_UTIL = "perf/cpu_util_pct"
 WORKERS_CPU = "perf/dataloader_workers_cpu_pct"
 SYSTEM_CPU = "perf/system_cpu_pct"
@@ -93,6 +97,11 @@ def _system_busy_total(psutil: Any) -> tuple[float, float]:
     return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
+def _is_service_process(process: Any) -> bool:
+    command = " ".join(process.cmdline())
+    return any(marker in command for marker in SERVICE_PROCESS_MARKERS)
+
+
 class PsutilBackend:
     """CPU time and resident memory of the training process and its workers, as rates between reads."""
 
@@ -103,6 +112,7 @@ class PsutilBackend:
         self._exclude = frozenset(exclude_pids)
         self._clock = clock
         self._workers: dict[int, list[Any]] = {}  # pid -> [psutil.Process, its CPU seconds at the last read]
+        self._services: dict[int, Any] = {}  # pid -> psutil.Process of multiprocessing's own helpers
         self._last = (clock(), _cpu_seconds(self._process), *_system_busy_total(psutil))
         self._rescan(self._last[0])
 
@@ -120,8 +130,13 @@ class PsutilBackend:
                 if excluded and (child.pid in excluded or child.ppid() in excluded):
                     excluded.add(child.pid)
                     continue
+                if self._services.get(child.pid) == child:
+                    continue
                 entry = self._workers.get(child.pid)
                 if entry is None or entry[0] != child:  # new, or its pid was reused: counted from now on
+                    if _is_service_process(child):
+                        self._services[child.pid] = child
+                        continue
                     entry = [child, _cpu_seconds(child)]
             except self._gone:
                 continue

@@ -394,8 +394,17 @@ SysTimes = namedtuple("SysTimes", "user system idle")
 
 
 class FakeProcess:
-    def __init__(self, ps: FakePsutil, pid: int, ppid: int, cpu: float = 0.0, rss: int = 0) -> None:
+    def __init__(
+        self,
+        ps: FakePsutil,
+        pid: int,
+        ppid: int,
+        cpu: float = 0.0,
+        rss: int = 0,
+        command: str = "python train.py",
+    ) -> None:
         self.ps, self.pid, self._ppid, self.cpu, self.rss = ps, pid, ppid, cpu, rss
+        self.command = command
         self.error: Exception | None = None  # raised by every read once set
 
     def __eq__(self, other):
@@ -415,6 +424,10 @@ class FakeProcess:
 
     def ppid(self):
         return self._ppid
+
+    def cmdline(self):
+        self._check()
+        return self.command.split()
 
     def children(self, recursive=False):
         assert recursive
@@ -441,8 +454,10 @@ class FakePsutil:
         self.system = SysTimes(0.0, 0.0, 0.0)
         self.children_calls = 0
 
-    def add(self, pid: int, ppid: int, cpu: float = 0.0, rss: int = 0) -> FakeProcess:
-        self.procs[pid] = FakeProcess(self, pid, ppid, cpu, rss)
+    def add(
+        self, pid: int, ppid: int, cpu: float = 0.0, rss: int = 0, command: str = "python train.py"
+    ) -> FakeProcess:
+        self.procs[pid] = FakeProcess(self, pid, ppid, cpu, rss, command)
         return self.procs[pid]
 
     def Process(self, pid: int) -> FakeProcess:  # noqa: N802 (psutil's name)
@@ -611,3 +626,21 @@ def test_idle_child_processes_show_near_zero_worker_cpu(sampler_factory):
     workers_cpu, _, seen = _workers_cpu_of(time.sleep, sampler_factory)
     assert seen == 2
     assert workers_cpu < 5.0
+
+
+def test_multiprocessing_helpers_are_not_workers_but_forkserver_children_are():
+    ps, clock = FakePsutil(), FakeClock()
+    ps.add(10, 1, cpu=5.0)
+    tracker = ps.add(
+        11, 10, cpu=1.0, command="python -c from multiprocessing.resource_tracker import main;main(5)"
+    )
+    server = ps.add(12, 10, cpu=1.0, command="python -c from multiprocessing.forkserver import main; main(7)")
+    worker = ps.add(13, 12, cpu=1.0)  # a DataLoader worker forked by the forkserver
+    backend = PsutilBackend(ps, 10, clock=clock)
+    clock.now += 1.0
+    tracker.cpu += 0.5
+    server.cpu += 0.5
+    worker.cpu += 0.25
+    values, live = backend.read()
+    assert live == 1
+    assert values[WORKERS_CPU] == pytest.approx(25.0)
