@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import sys
@@ -23,7 +24,7 @@ from lightning_perf.profiling import ProfilerWindow, validate_activities
 from lightning_perf.schedule import ProfileSchedule
 from lightning_perf.session import PerfSession, first_tensor
 from lightning_perf.summary import RunSummary, TraceFile
-from lightning_perf.timing import EPOCH_START_MS, StepClock
+from lightning_perf.timing import EPOCH_START_MS, STEP_TIME_MS, StepClock
 
 KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
 
@@ -51,7 +52,8 @@ class PerfCallback(Callback):
     semantics as ``torch.profiler.schedule``, counted over training batches across epochs), writes one trace
     per recorded cycle to the run's log dir (torch-tb-profiler's layout), and measures every training batch.
 
-    Logged every ``log_every_n_steps`` batches through the Trainer's loggers, at ``trainer.global_step``:
+    Logged every ``log_every_n_steps`` batches (windows of very fast steps are stretched to whole multiples of
+    it lasting at least ``log_min_interval_s``) through the Trainer's loggers, at ``trainer.global_step``:
 
     - ``perf/step_time_ms``: mean wall time of a training step (batch start to next batch start, validation,
       checkpointing and epoch boundaries left out)
@@ -83,6 +85,8 @@ class PerfCallback(Callback):
         enable_profiler: False measures timing and utilization only, with no torch profiler at all.
         batch_size: samples per batch for throughput; default: the first dimension of the batch's first tensor.
         log_every_n_steps: batches per logged window; default: the Trainer's ``log_every_n_steps``.
+        log_min_interval_s: a window lasts at least this long (a multiple of ``log_every_n_steps`` batches), so
+            sub-millisecond steps are not logged dozens of times a second; 0 logs every ``log_every_n_steps``.
         utilization: sample GPU (NVML) and CPU (psutil) utilization on a background thread.
         util_interval_s: seconds between utilization samples.
         diagnose: diagnose the run at the end of ``fit`` and recommend fixes.
@@ -119,6 +123,7 @@ class PerfCallback(Callback):
         enable_profiler: bool = True,
         batch_size: int | None = None,
         log_every_n_steps: int | None = None,
+        log_min_interval_s: float = 1.0,
         utilization: bool = True,
         util_interval_s: float = 0.1,
         diagnose: bool = True,
@@ -137,6 +142,12 @@ class PerfCallback(Callback):
         _check_positive("probe_budget_s", probe_budget_s)
         _check_optional_count("batch_size", batch_size)
         _check_optional_count("log_every_n_steps", log_every_n_steps)
+        if (
+            isinstance(log_min_interval_s, bool)
+            or not isinstance(log_min_interval_s, (int, float))
+            or not (log_min_interval_s >= 0)
+        ):
+            raise ValueError(f"`log_min_interval_s` must be a number >= 0, got {log_min_interval_s!r}")
         if probe_num_workers not in ("auto", "always", "never"):
             raise ValueError(
                 f"`probe_num_workers` must be one of 'auto', 'always', 'never', got {probe_num_workers!r}"
@@ -155,6 +166,7 @@ class PerfCallback(Callback):
         self.enable_profiler = enable_profiler
         self.batch_size = batch_size
         self.log_every_n_steps = log_every_n_steps
+        self.log_min_interval_s = float(log_min_interval_s)
         self.utilization = utilization
         self.util_interval_s = float(util_interval_s)
         self.diagnose = diagnose
@@ -175,6 +187,7 @@ class PerfCallback(Callback):
         self._reducer: RankReducer | None = None
         self._trace_dir: str | None = None
         self._log_every = 50
+        self._window_batches = 50
         self._fit_started = 0.0
         self._started_at: str | None = None
         self._hp_placeholder = False
@@ -185,7 +198,7 @@ class PerfCallback(Callback):
         state = self.__dict__.copy()
         for name in _RUNTIME_ATTRS:
             state[name] = None
-        state["_log_every"] = 50
+        state["_log_every"] = state["_window_batches"] = 50
         return state
 
     # -- set-up --------------------------------------------------------------------------------------------
@@ -204,6 +217,7 @@ class PerfCallback(Callback):
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
         self._trace_dir = self._resolve_dir(trainer)
         self._log_every = self.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 50))
+        self._window_batches = self._log_every
         if stage == "fit":
             self._reducer = RankReducer()
             self._reducer.gather_hosts(socket.gethostname())
@@ -310,7 +324,7 @@ class PerfCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         session = self._fit
-        if session is not None and session.clock.window_steps >= self._log_every:
+        if session is not None and session.clock.window_steps >= self._window_batches:
             started = perf_counter()
             self._flush_window(trainer, session, collective=True)
             session.clock.exclude(perf_counter() - started)
@@ -345,11 +359,24 @@ class PerfCallback(Callback):
             per_rank = reducer.gather(WINDOW, metrics)  # on every rank, before any rank-zero check
             if per_rank is not None:
                 metrics.update(reduce_window(per_rank))
+        self._window_batches = self._stretched_window(metrics.get(STEP_TIME_MS))
         epoch_start = session.clock.last_epoch_start_ms
         if epoch_start is not None:
             metrics[EPOCH_START_MS] = epoch_start
             session.clock.last_epoch_start_ms = None
         tensorboard.log_metrics(trainer, metrics, trainer.global_step)
+
+    def _stretched_window(self, step_time_ms: float | None) -> int:
+        """Batches in the next window: a multiple of log_every_n_steps lasting >= log_min_interval_s.
+
+        Logging costs the training thread (TensorBoard's writer takes ~0.1 ms a scalar), so sub-millisecond steps
+        would otherwise pay several percent. Under DDP ``step_time_ms`` is the gathered mean, the same number on
+        every rank, so all ranks keep the same windows and meet in the same gathers.
+        """
+        if not step_time_ms or self.log_min_interval_s <= 0:
+            return self._log_every
+        window_s = self._log_every * step_time_ms / 1e3
+        return self._log_every * max(1, math.ceil(self.log_min_interval_s / window_s))
 
     def _start_sampler(self, trainer: Trainer) -> None:
         try:

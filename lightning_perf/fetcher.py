@@ -34,7 +34,7 @@ def _timed_class(base: type) -> type:
         return cls
 
     def __next__(self):  # noqa: N807 - the special method we time
-        listener = getattr(self, _LISTENER_ATTR)
+        listener = self._lightning_perf_listener
         listener.before_fetch(perf_counter())
         # the step's clock starts after the listener's own work (profiler stepping, trace export)
         t_start = perf_counter()

@@ -19,6 +19,9 @@ from lightning_perf.timing import StepClock
 # distinct input shapes remembered; beyond the full batch and a smaller last batch, shapes "vary"
 _MAX_SHAPES = 8
 _CONSTANT_SHAPES = 2
+# shapes are sampled (batches 1, 9, 17, ...): varying inputs show up within a few batches, at 1/8 the cost
+_SHAPE_CHECK_MASK = 7
+_SEQUENCES = (list, tuple)
 
 
 def first_tensor(batch: Any, _depth: int = 0) -> torch.Tensor | None:
@@ -55,25 +58,25 @@ class PerfSession:
         self.window = window
         self.batch_size_override = batch_size
         self.batches = 0  # batches started so far: the schedule's step counter
+        self._boundary = 0.0  # when the current batch's boundary was reached
         self.shapes: set[tuple[int, ...]] = set()
         self.batch_size_seen: int | None = None
-        self._last_shape: torch.Size | None = None
         self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
 
     # -- fetcher listener --------------------------------------------------------------------------------
 
     def before_fetch(self, t: float) -> None:
-        self.clock.fetch_started(t)
+        self._boundary = t
         step = self.batches
         self.batches = step + 1
         if self.window is not None:
             self.window.boundary(step)
 
     def after_fetch(self, t_start: float, t_end: float, fetched: Any) -> None:
-        self.clock.fetch_finished(t_start, t_end, self._batch_size(fetched))
+        self.clock.batch(self._boundary, t_start, t_end, self._batch_size(fetched))
 
     def fetch_stopped(self) -> None:
-        self.clock.fetch_stopped()
+        self.clock.fetch_stopped(self._boundary)
 
     def iterator_created(self, seconds: float) -> None:
         self.clock.iterator_created(seconds)
@@ -89,18 +92,27 @@ class PerfSession:
     def _batch_size(self, fetched: Any) -> int | None:
         # Lightning's fetchers return (batch, batch_idx, dataloader_idx)
         batch = fetched[0] if type(fetched) is tuple and len(fetched) == 3 else fetched
-        tensor = first_tensor(batch)
-        if tensor is None:
-            return self.batch_size_override
+        # the usual (inputs, targets) batch is looked at without a call; anything else is searched
+        if type(batch) in _SEQUENCES and batch and type(batch[0]) is torch.Tensor:
+            tensor = batch[0]
+        elif type(batch) is torch.Tensor:
+            tensor = batch
+        else:
+            tensor = first_tensor(batch)
+            if tensor is None:
+                return self.batch_size_override
         shape = tensor.shape
-        if shape != self._last_shape:
-            self._last_shape = shape
-            if len(self.shapes) < _MAX_SHAPES:
-                self.shapes.add(tuple(shape))
+        if self.batches & _SHAPE_CHECK_MASK == 1:  # input shapes are looked at on every 8th batch only
+            self._note_shape(shape)
         if self.batch_size_override is not None:
             return self.batch_size_override
         if not shape:
             return None
         size = shape[0]
-        self.batch_size_seen = max(size, self.batch_size_seen or 0)
+        if self.batch_size_seen is None or size > self.batch_size_seen:
+            self.batch_size_seen = size
         return size
+
+    def _note_shape(self, shape: torch.Size) -> None:
+        if len(self.shapes) < _MAX_SHAPES:
+            self.shapes.add(tuple(shape))

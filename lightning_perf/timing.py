@@ -3,9 +3,10 @@
 The callback feeds it timestamps (``time.perf_counter()`` seconds) taken around the training loop's own
 ``next(data_fetcher)`` call, the exact place the loop blocks on the DataLoader:
 
-* ``fetch_started(t)`` – a batch boundary: the previous step ends here.
-* ``fetch_finished(t_start, t_end, samples)`` – the fetch returned; a new step starts at ``t_start`` and
-  its DataLoader wait is ``t_end - t_start``.
+* ``batch(t_boundary, t_start, t_end, samples)`` – a batch was fetched: the previous step ended at the
+  boundary ``t_boundary``, the new one starts at ``t_start`` (after the callback's own work at the boundary)
+  and its DataLoader wait is ``t_end - t_start``. One call per batch: this runs on every training step.
+* ``fetch_stopped(t)`` – the fetch raised StopIteration at the boundary ``t``: no step starts.
 * ``interrupt(t, kind)`` – validation, a checkpoint or the epoch end begins: the open step ends here and the
   time until the next fetch is charged to ``kind``, not to a step.
 * ``exclude(seconds)`` – the callback's own work inside a step (e.g. logging a window) is left out of it.
@@ -18,7 +19,6 @@ window (means) and per run (median, p90). No Lightning import; no device synchro
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 
 from lightning_perf.summary import Distribution, TimingSummary
 
@@ -30,15 +30,6 @@ COMPUTE_MS = "perf/compute_ms"
 SAMPLES_PER_SEC = "perf/samples_per_sec"
 BATCHES_PER_SEC = "perf/batches_per_sec"
 EPOCH_START_MS = "perf/epoch_start_ms"
-
-
-@dataclass
-class _Window:
-    steps: int = 0
-    step_s: float = 0.0
-    wait_s: float = 0.0
-    samples: int = 0
-    samples_known: bool = True
 
 
 class StepClock:
@@ -55,14 +46,12 @@ class StepClock:
         self._pending_iter_s = 0.0
         self._gap_kind: str | None = None
         self._gap_start = 0.0
-        self._window = _Window()
+        # one entry per closed step; a window is the tail of these arrays since ``_window_start``
         self._step_ms = array("d")
         self._wait_ms = array("d")
+        self._samples = array("q")  # -1: the batch size was not found
+        self._window_start = 0
         self._epoch_start_ms = array("d")
-        self._samples = 0
-        self._samples_known = True
-        self._sum_step_s = 0.0
-        self._sum_wait_s = 0.0
         self.epochs = 0
         self.gap_s: dict[str, float] = {}
         self.last_epoch_start_ms: float | None = None
@@ -79,12 +68,12 @@ class StepClock:
         """``iter()`` on the loader took ``seconds`` (worker start-up); part of the epoch start."""
         self._pending_iter_s += seconds
 
-    def fetch_started(self, t: float) -> None:
-        self._settle_gap(t)
+    def batch(self, t_boundary: float, t_start: float, t_end: float, samples: int | None) -> None:
+        # the common case costs two comparisons and _close: keep it that way, it runs on every step
+        if self._gap_kind is not None:
+            self._settle_gap(t_boundary)
         if self._open_start is not None:
-            self._close(t)
-
-    def fetch_finished(self, t_start: float, t_end: float, samples: int | None) -> None:
+            self._close(t_boundary)
         if self._epoch_first:
             self._epoch_first = False
             start_ms = (self._pending_iter_s + t_end - t_start) * 1e3
@@ -96,8 +85,9 @@ class StepClock:
         self._open_samples = samples
         self._open_excluded = 0.0
 
-    def fetch_stopped(self) -> None:
-        """The fetch raised StopIteration: no step starts."""
+    def fetch_stopped(self, t_boundary: float) -> None:
+        """The fetch raised StopIteration: the open step ends at the boundary and no step starts."""
+        self.interrupt(t_boundary)
         self._epoch_first = False
 
     def interrupt(self, t: float, kind: str | None = None) -> None:
@@ -121,7 +111,7 @@ class StepClock:
 
     @property
     def window_steps(self) -> int:
-        return self._window.steps
+        return len(self._step_ms) - self._window_start
 
     @property
     def steps(self) -> int:
@@ -129,68 +119,61 @@ class StepClock:
 
     def take_window(self) -> dict[str, float]:
         """Window metrics (means over the steps closed since the last call); resets the window."""
-        window, self._window = self._window, _Window()
-        if window.steps == 0 or window.step_s <= 0.0:
+        start, self._window_start = self._window_start, len(self._step_ms)
+        return self._figures(start, self._window_start)
+
+    def _figures(self, start: int, end: int) -> dict[str, float]:
+        steps = end - start
+        step_ms = sum(self._step_ms[start:end])
+        if steps == 0 or step_ms <= 0.0:
             return {}
-        metrics = {
-            STEP_TIME_MS: window.step_s / window.steps * 1e3,
-            BATCHES_PER_SEC: window.steps / window.step_s,
-        }
+        wait_ms = sum(self._wait_ms[start:end])
+        metrics = {STEP_TIME_MS: step_ms / steps, BATCHES_PER_SEC: steps / step_ms * 1e3}
         if self.measure_data_wait:
-            metrics[DATA_WAIT_MS] = window.wait_s / window.steps * 1e3
-            metrics[DATA_WAIT_PCT] = window.wait_s / window.step_s * 100.0
-            metrics[COMPUTE_MS] = (window.step_s - window.wait_s) / window.steps * 1e3
-        if window.samples_known:
-            metrics[SAMPLES_PER_SEC] = window.samples / window.step_s
+            metrics[DATA_WAIT_MS] = wait_ms / steps
+            metrics[DATA_WAIT_PCT] = wait_ms / step_ms * 100.0
+            metrics[COMPUTE_MS] = (step_ms - wait_ms) / steps
+        samples = self._samples[start:end]
+        if min(samples) >= 0:
+            metrics[SAMPLES_PER_SEC] = sum(samples) / step_ms * 1e3
         return metrics
 
     def summary(self, train_wall_s: float = 0.0) -> TimingSummary:
-        steps = len(self._step_ms)
+        figures = self._figures(0, len(self._step_ms))
         summary = TimingSummary(
-            steps=steps,
-            samples=self._samples if self._samples_known else 0,
+            steps=len(self._step_ms),
+            samples=int(sum(self._samples)) if SAMPLES_PER_SEC in figures else 0,
             step_time_ms=Distribution.of(self._step_ms),
             epoch_start_ms=Distribution.of(self._epoch_start_ms),
             epochs=self.epochs,
             validation_s=self.gap_s.get("validation", 0.0),
             checkpoint_s=self.gap_s.get("checkpoint", 0.0),
             train_wall_s=train_wall_s,
+            batches_per_sec=figures.get(BATCHES_PER_SEC),
+            samples_per_sec=figures.get(SAMPLES_PER_SEC),
+            data_wait_pct=figures.get(DATA_WAIT_PCT),
         )
-        if steps and self._sum_step_s > 0.0:
-            summary.batches_per_sec = steps / self._sum_step_s
-            if self._samples_known:
-                summary.samples_per_sec = self._samples / self._sum_step_s
-            if self.measure_data_wait:
-                summary.data_wait_ms = Distribution.of(self._wait_ms)
-                summary.compute_ms = Distribution.of(
-                    [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)]
-                )
-                summary.data_wait_pct = self._sum_wait_s / self._sum_step_s * 100.0
+        if figures and self.measure_data_wait:
+            summary.data_wait_ms = Distribution.of(self._wait_ms)
+            summary.compute_ms = Distribution.of(
+                [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)]
+            )
         return summary
 
     # -- internals ---------------------------------------------------------------------------------------
 
     def _close(self, t_end: float) -> None:
         step_s = t_end - self._open_start - self._open_excluded
-        wait_s = min(self._open_wait, step_s)
         self._open_start = None
         if step_s <= 0.0:
             return
+        wait_s = self._open_wait
+        if wait_s > step_s:  # the callback's own excluded work made the step shorter than its fetch
+            wait_s = step_s
         self._step_ms.append(step_s * 1e3)
         self._wait_ms.append(wait_s * 1e3)
-        self._sum_step_s += step_s
-        self._sum_wait_s += wait_s
-        window = self._window
-        window.steps += 1
-        window.step_s += step_s
-        window.wait_s += wait_s
         samples = self._open_samples
-        if samples is None:
-            window.samples_known = False
-            self._samples_known = False
-        else:
-            window.samples += samples
-            self._samples += samples
+        self._samples.append(-1 if samples is None else samples)
 
     def _settle_gap(self, t: float) -> None:
         if self._gap_kind is not None:

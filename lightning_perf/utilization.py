@@ -64,6 +64,11 @@ from lightning_perf.summary import CpuUtilization, GpuUtilization, UtilizationSu
 log = logging.getLogger("lightning_perf")
 
 DEFAULT_INTERVAL_S = 0.1
+# CPU figures come from cumulative counters (CPU seconds), so reading them once a second loses nothing of their
+# averages, while each read costs the training thread: /proc reads hand the GIL back and forth (measured here:
+# ~1% of a sub-millisecond-step run at 10 reads/s, ~0.1% at 1/s). GPU utilization is a sampled value and is
+# read every interval_s.
+CPU_INTERVAL_S = 1.0
 # psutil's children() reads /proc/<pid>/stat of every process on the machine: ~7 us each here, so a few ms
 # on a GPU server running 500-1000 processes. Workers are rediscovered every 1 s, less often when a scan is
 # slow, so that scanning takes at most 0.2% of the training process's time. A new worker is counted from
@@ -173,7 +178,7 @@ class PsutilBackend:
             WORKERS_RSS: workers_rss / BYTES_PER_GB,
         }
         if total > last_total:  # no clock tick since the last read: nothing measured
-            values[SYSTEM_CPU] = 100.0 * (busy - last_busy) / (total - last_total)
+            values[SYSTEM_CPU] = max(0.0, 100.0 * (busy - last_busy) / (total - last_total))  # no -1e-9
         self._last = (now, cpu, busy, total)
         return values, len(self._workers)
 
@@ -218,6 +223,10 @@ def usable_cpu_count() -> int | None:
         return os.cpu_count()
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -226,7 +235,9 @@ class UtilSampler:
     """Samples GPU (NVML) and CPU (psutil) utilization on a daemon thread; see the module docstring.
 
     Args:
-        interval_s: seconds between samples (> 0).
+        interval_s: seconds between GPU samples (> 0).
+        cpu_interval_s: seconds between CPU reads; None: the larger of ``interval_s`` and
+            :data:`CPU_INTERVAL_S`; 0 reads the CPU on every sample.
         cuda_devices: CUDA indices (as torch numbers them) this process trains on; None or [] for none.
         nvml: the NVML module; None imports ``pynvml`` (nvidia-ml-py). Tests pass a fake.
         cuda_uuid_lookup: CUDA index -> UUID string; None asks torch. Tests pass a fake.
@@ -249,6 +260,7 @@ class UtilSampler:
         psutil_module: Any = None,
         pid: int | None = None,
         exclude_pids: list[int] | None = None,
+        cpu_interval_s: float | None = None,
     ) -> None:
         number = isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
         if not (number and math.isfinite(interval_s) and interval_s > 0):
@@ -259,7 +271,15 @@ class UtilSampler:
             )
         if pid is not None and not (_is_int(pid) and pid > 0):
             raise ValueError(f"pid must be a process id > 0 or None (this process), got {pid!r}")
+        if cpu_interval_s is not None and not (_is_number(cpu_interval_s) and cpu_interval_s >= 0):
+            raise ValueError(
+                f"cpu_interval_s must be a number of seconds >= 0 or None, got {cpu_interval_s!r}"
+            )
         self.interval_s = float(interval_s)
+        self.cpu_interval_s = (
+            max(self.interval_s, CPU_INTERVAL_S) if cpu_interval_s is None else cpu_interval_s
+        )
+        self._next_cpu_read = 0.0
         self.cuda_devices = list(cuda_devices or [])
         self._nvml = nvml
         self._uuid_lookup = cuda_uuid_lookup or torch_cuda_uuid
@@ -270,6 +290,7 @@ class UtilSampler:
         self.gpu_unavailable_reason: str | None = None
         self.nvml_indices: list[int] = []  # the NVML index of each CUDA device in use, once started
         self._lock = threading.Lock()  # guards the statistics below; held only to add or swap them
+        self._cpu_lock = threading.Lock()
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._gpu: NvmlBackend | None = None
@@ -284,6 +305,7 @@ class UtilSampler:
         self._gpu_names: list[str] = []
         self._compute_capability: list[int] | None = None
         self._workers_seen = 0
+        self._next_cpu_read = 0.0
 
     def start(self) -> None:
         """Open NVML and psutil (once, here) and start the thread. A start() after stop() starts a new run."""
@@ -315,13 +337,19 @@ class UtilSampler:
                     "lightning_perf: utilization sampler still busy after %.0f s", STOP_JOIN_TIMEOUT_S
                 )
                 return
+        if thread is not None and self._opened:  # a last CPU read: the run's averages cover its very end
+            cpu, workers = self._read_cpu(force=True)
+            if cpu:
+                self._add(cpu, workers=workers)
         self._close()
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self, stop_event: threading.Event) -> None:
-        while not stop_event.wait(self.interval_s):
+        # without a GPU to sample, the thread only wakes for the (rarer) CPU reads
+        wait_s = self.interval_s if self._gpu is not None else max(self.interval_s, self.cpu_interval_s)
+        while not stop_event.wait(wait_s):
             try:
                 self.sample_once()
             except Exception:  # a bug here must not reach training: stop sampling, say so once
@@ -383,14 +411,26 @@ class UtilSampler:
             values = [row[key] for row in rows if key in row]
             if values:
                 sample[key] = sum(values) / len(values)
-        workers = None
-        if self._cpu is not None:
+        cpu, workers = self._read_cpu(force=False)
+        sample.update(cpu)
+        self._add(sample, rows, workers)
+
+    def _read_cpu(self, force: bool) -> tuple[dict[str, float], int | None]:
+        """The CPU figures since the last read, when due (or ``force``); ({}, None) otherwise."""
+        with self._cpu_lock:  # the sampler thread and take_window/stop on the training thread both read
+            if self._cpu is None or not (force or time.monotonic() >= self._next_cpu_read):
+                return {}, None
+            self._next_cpu_read = time.monotonic() + self.cpu_interval_s
             try:
-                cpu, workers = self._cpu.read()
-                sample.update(cpu)
+                return self._cpu.read()
             except Exception as err:
                 log.warning("lightning_perf: CPU sampling stopped: %s", err)
                 self._cpu = None
+                return {}, None
+
+    def _add(
+        self, sample: dict[str, float], rows: list[dict[str, float]] = (), workers: int | None = None
+    ) -> None:
         with self._lock:
             self._window.add(sample)
             self._run.add(sample)
@@ -400,7 +440,13 @@ class UtilSampler:
                 self._workers_seen = max(self._workers_seen, workers)
 
     def take_window(self) -> dict[str, float]:
-        """Averages since the previous call (only metrics that have samples), and start a new window."""
+        """Averages since the previous call (only metrics that have samples), and start a new window.
+
+        The CPU is read here too, so every window has its CPU figures whatever the CPU cadence."""
+        if self._opened:
+            cpu, workers = self._read_cpu(force=True)
+            if cpu:
+                self._add(cpu, workers=workers)
         with self._lock:
             window, self._window = self._window, _Stats()
         return window.means()

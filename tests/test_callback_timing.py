@@ -17,7 +17,7 @@ from lightning_perf import PerfCallback
 from lightning_perf.summary import RunSummary
 from tests.helpers import SleepyIterable, TinyModel, loader, trainer
 
-TIMING_ONLY = dict(enable_profiler=False, utilization=False, diagnose=False)
+TIMING_ONLY = dict(enable_profiler=False, utilization=False, diagnose=False, log_min_interval_s=0)
 PERF_TAGS = {
     "perf/step_time_ms",
     "perf/data_wait_ms",
@@ -171,3 +171,25 @@ def test_perf_summary_json_is_written_and_parses(tmp_path):
     assert summary.settings.num_workers == 0 and summary.settings.batch_size == 4
     assert summary.status == "finished"
     assert glob.glob(os.path.join(L_trainer.logger.log_dir, "events.out.tfevents.*"))
+
+
+def test_window_of_fast_steps_is_stretched_to_a_multiple_lasting_the_minimum_interval():
+    callback = PerfCallback(**{**TIMING_ONLY, "log_every_n_steps": 50, "log_min_interval_s": 1.0})
+    callback._log_every = 50
+    assert callback._stretched_window(0.4) == 50 * 50  # 50 x 0.4 ms = 20 ms: 50 windows make a second
+    assert callback._stretched_window(30.0) == 50  # 1.5 s already
+    assert callback._stretched_window(None) == 50
+    callback.log_min_interval_s = 0.0
+    assert callback._stretched_window(0.4) == 50
+
+
+def test_fast_steps_are_logged_less_often_than_every_window(tmp_path):
+    callback = PerfCallback(**{**TIMING_ONLY, "log_min_interval_s": 0.5})
+    _, L_trainer = fit(
+        tmp_path, loader(n=400), callback=callback, limit_train_batches=100, log_every_n_steps=5
+    )
+    events = EventAccumulator(L_trainer.logger.log_dir)
+    events.Reload()
+    steps = [event.step for event in events.Scalars("perf/step_time_ms")]
+    assert 1 <= len(steps) < 19  # 99 timed steps in windows of 5 would log 19 times
+    assert callback.last_summary.timing.steps == 99  # the run figures still hold every step

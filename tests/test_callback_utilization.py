@@ -42,7 +42,7 @@ def scalars(log_dir):
 
 
 def test_busy_workers_show_up_and_no_gpu_figure_is_invented(tmp_path):
-    callback = PerfCallback(enable_profiler=False, diagnose=False, util_interval_s=0.05)
+    callback = PerfCallback(enable_profiler=False, diagnose=False, util_interval_s=0.05, log_min_interval_s=0)
     L_trainer = trainer(tmp_path, [callback], max_epochs=2, log_every_n_steps=4)
     L_trainer.fit(TinyModel(), DataLoader(CpuHeavyDataset(), batch_size=4, num_workers=2))
     cpu = callback.last_summary.utilization.cpu
@@ -69,7 +69,7 @@ def test_sampler_thread_is_gone_after_fit_raises(tmp_path):
 
 
 def test_idle_workers_are_near_zero(tmp_path):
-    callback = PerfCallback(enable_profiler=False, diagnose=False, util_interval_s=0.05)
+    callback = PerfCallback(enable_profiler=False, diagnose=False, util_interval_s=0.05, log_min_interval_s=0)
     trainer(tmp_path, [callback], limit_train_batches=30).fit(
         TinyModel(step_delay_s=0.01), loader(n=120, num_workers=2)
     )

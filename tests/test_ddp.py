@@ -15,7 +15,9 @@ from tests.helpers import TinyModel, load_trace, step_spans, trace_files, traine
 
 
 def ddp_fit(tmp_path, model, data, **kwargs):
-    callback = PerfCallback(skip_first=2, wait=1, warmup=1, active=2, probe_num_workers="never", **kwargs)
+    callback = PerfCallback(
+        skip_first=2, wait=1, warmup=1, active=2, probe_num_workers="never", log_min_interval_s=0, **kwargs
+    )
     L_trainer = trainer(
         tmp_path, [callback], accelerator="cpu", devices=2, strategy="ddp_spawn", log_every_n_steps=4
     )

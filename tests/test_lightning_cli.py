@@ -27,6 +27,7 @@ NON_DEFAULTS = {
     "enable_profiler": True,
     "batch_size": 7,
     "log_every_n_steps": 3,
+    "log_min_interval_s": 0.5,
     "utilization": False,
     "util_interval_s": 0.25,
     "diagnose": False,

@@ -52,6 +52,7 @@ def sampler_factory():
     made: list[UtilSampler] = []
 
     def make(*args, **kwargs) -> UtilSampler:
+        kwargs.setdefault("cpu_interval_s", 0.0)  # tests drive sample_once and want the CPU read every time
         made.append(UtilSampler(*args, **kwargs))
         return made[-1]
 
@@ -152,7 +153,8 @@ def test_window_averages_known_readings_and_resets(sampler_factory):
     assert window[GPU_MEM_UTIL] == pytest.approx(15.0)
     assert window[GPU_MEM_USED] == pytest.approx(3.0)  # GB = 1e9 bytes
     assert window[GPU_POWER] == pytest.approx(200.0)  # mW -> W
-    assert sampler.take_window() == {}  # nothing sampled since: no key at all, no zeros
+    # nothing sampled on the GPU since: no GPU key at all, no zeros (take_window reads the CPU itself)
+    assert gpu_keys(sampler.take_window()) == []
     sampler.sample_once()  # the fake repeats its last reading: 50 %
     assert sampler.take_window()[GPU_UTIL] == pytest.approx(50.0)
     gpu = sampler.summary().gpu
@@ -644,3 +646,23 @@ def test_multiprocessing_helpers_are_not_workers_but_forkserver_children_are():
     values, live = backend.read()
     assert live == 1
     assert values[WORKERS_CPU] == pytest.approx(25.0)
+
+
+def test_cpu_is_read_at_most_once_per_cpu_interval(sampler_factory):
+    sampler = sampler_factory(interval_s=0.1, cpu_interval_s=None)
+    assert sampler.cpu_interval_s == 1.0  # counters are cumulative: a read a second keeps the averages exact
+    sampler.sample_once()
+    reads = []
+    real_read = sampler._cpu.read
+    sampler._cpu.read = lambda: reads.append(1) or real_read()
+    for _ in range(5):
+        sampler.sample_once()
+    assert reads == []
+    sampler._next_cpu_read = 0.0  # as if the second had passed
+    sampler.sample_once()
+    assert reads == [1]
+
+
+def test_cpu_interval_is_validated():
+    with pytest.raises(ValueError, match="cpu_interval_s"):
+        UtilSampler(cpu_interval_s=-1.0)
