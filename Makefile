@@ -31,6 +31,7 @@ test: lint
 bench: venv
 	$(BIN)/python benchmarks/bench_timing_accuracy.py
 	$(BIN)/python benchmarks/bench_overhead.py
+	$(BIN)/python benchmarks/bench_traces.py
 
 clean:
 	rm -rf $(VENV) perf_logs lightning_logs .pytest_cache

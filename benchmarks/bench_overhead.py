@@ -9,7 +9,7 @@ is the floor) and by the no-callback variant.
 The loop time is taken inside the LightningModule's own ``on_train_start``/``on_train_end`` hooks, which
 Lightning calls in every variant, so the stopwatch adds no callback of its own.
 
-    python benchmarks/bench_overhead.py [--steps 1000] [--rounds 7]
+    python benchmarks/bench_overhead.py [--steps 3000] [--rounds 9]
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
