@@ -170,4 +170,4 @@ def _shutdown(nvml: Any) -> None:
     try:  # nvmlInit/nvmlShutdown are reference counted: this releases our init only
         nvml.nvmlShutdown()
     except Exception as err:
-        log.debug("lightning_perf: nvmlShutdown failed: %s", err)
+        log.debug("lightning-perf: nvmlShutdown failed: %s", err)

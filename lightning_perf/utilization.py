@@ -321,7 +321,7 @@ class UtilSampler:
         try:
             thread.start()
         except RuntimeError as err:  # out of threads: go without figures rather than fail the training
-            log.warning("lightning_perf: utilization sampler not started: %s", err)
+            log.warning("lightning-perf: utilization sampler not started: %s", err)
             self._close()
             return
         self._thread = thread
@@ -334,7 +334,7 @@ class UtilSampler:
             thread.join(STOP_JOIN_TIMEOUT_S)
             if thread.is_alive():  # stuck in an NVML call: leave NVML to it (a daemon thread ends with us)
                 log.warning(
-                    "lightning_perf: utilization sampler still busy after %.0f s", STOP_JOIN_TIMEOUT_S
+                    "lightning-perf: utilization sampler still busy after %.0f s", STOP_JOIN_TIMEOUT_S
                 )
                 return
         if thread is not None and self._opened:  # a last CPU read: the run's averages cover its very end
@@ -353,7 +353,7 @@ class UtilSampler:
             try:
                 self.sample_once()
             except Exception:  # a bug here must not reach training: stop sampling, say so once
-                log.warning("lightning_perf: utilization sampler stopped by an error", exc_info=True)
+                log.warning("lightning-perf: utilization sampler stopped by an error", exc_info=True)
                 return
 
     def _open(self) -> None:
@@ -376,14 +376,14 @@ class UtilSampler:
                     str(err) if isinstance(err, GpuUnavailable) else f"NVML error: {err}"
                 )
         if self.gpu_unavailable_reason is not None:
-            log.info("lightning_perf: GPU utilization not measured: %s", self.gpu_unavailable_reason)
+            log.info("lightning-perf: GPU utilization not measured: %s", self.gpu_unavailable_reason)
         try:
             psutil = self._psutil
             if psutil is None:
                 import psutil
             self._cpu = PsutilBackend(psutil, self._pid or os.getpid(), self._exclude_pids)
         except Exception as err:
-            log.info("lightning_perf: CPU utilization not measured: %s", err)
+            log.info("lightning-perf: CPU utilization not measured: %s", err)
 
     def _close(self) -> None:
         if self._gpu is not None:
@@ -403,7 +403,7 @@ class UtilSampler:
             except Exception as err:
                 unavailable = isinstance(err, GpuUnavailable)
                 self.gpu_unavailable_reason = str(err) if unavailable else f"NVML error during the run: {err}"
-                log.warning("lightning_perf: GPU sampling stopped (%s); GPU figures end here", err)
+                log.warning("lightning-perf: GPU sampling stopped (%s); GPU figures end here", err)
                 self._gpu.close()
                 self._gpu = None
         sample: dict[str, float] = {}
@@ -424,7 +424,7 @@ class UtilSampler:
             try:
                 return self._cpu.read()
             except Exception as err:
-                log.warning("lightning_perf: CPU sampling stopped: %s", err)
+                log.warning("lightning-perf: CPU sampling stopped: %s", err)
                 self._cpu = None
                 return {}, None
 
