@@ -171,3 +171,40 @@ class TinyDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return loader(max(self.batch_size, self.n // 4), self.batch_size, 0.0, 0)
+
+
+def profile_tiny_loop(out_dir: str, *, cycles: int = 1, batches: int = 8, on_ready=None, **profiler_kwargs):
+    """Real training steps of a plain torch loop under torch.profiler (wait=1, warmup=1, active=3, ``cycles``
+    cycles), one trace file per cycle; ``on_ready(prof, base)`` runs after each export. Returns the trace paths."""
+    import warnings
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    samples = max(batches, 5 * cycles) * 8
+    data = DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(samples, 16), torch.randint(0, 4, (samples,))), 8
+    )
+    paths: list[str] = []
+
+    def ready(prof) -> None:
+        base = os.path.join(out_dir, f"host_rank0.{prof.step_num:04d}")
+        paths.append(base + ".pt.trace.json.gz")
+        prof.export_chrome_trace(paths[-1])
+        if on_ready is not None:
+            on_ready(prof, base)
+
+    schedule = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=cycles)
+    with (
+        warnings.catch_warnings(),
+        torch.profiler.profile(schedule=schedule, on_trace_ready=ready, **profiler_kwargs) as prof,
+    ):
+        # torch notes that each cycle's trace holds only that cycle's events: what we want here
+        warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle")
+        for x, y in data:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    return paths

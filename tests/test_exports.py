@@ -10,34 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_perf import exports
 from lightning_perf.traces import TraceError, iter_events
+from tests.helpers import profile_tiny_loop
 
 COLLAPSED_LINE = re.compile(r"^[^;\n]+(;[^;\n]+)* \d+$")
-
-
-def profile_tiny_training(out_dir: str, on_ready, **profiler_kwargs) -> None:
-    """A few real training steps under torch.profiler (one cycle of 3 active steps); ``on_ready(prof, base)``."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
-
-    def ready(prof: torch.profiler.profile) -> None:
-        base = os.path.join(out_dir, f"host_rank0.{prof.step_num}")
-        prof.export_chrome_trace(base + ".pt.trace.json.gz")
-        on_ready(prof, base)
-
-    schedule = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)
-    with torch.profiler.profile(schedule=schedule, on_trace_ready=ready, **profiler_kwargs) as prof:
-        for x, y in loader:
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            prof.step()
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +31,9 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         result["memory"] = base + ".memory.html"
         result["base"] = base
 
-    profile_tiny_training(
+    profile_tiny_loop(
         out_dir,
-        on_ready,
+        on_ready=on_ready,
         with_stack=True,
         record_shapes=True,
         profile_memory=True,
@@ -96,7 +74,7 @@ def test_stacks_need_the_experimental_config(tmp_path, caplog):
         seen["base"] = base
 
     os.makedirs(tmp_path / "plain")
-    profile_tiny_training(str(tmp_path / "plain"), on_ready, with_stack=True)
+    profile_tiny_loop(str(tmp_path / "plain"), on_ready=on_ready, with_stack=True)
     assert os.path.getsize(seen["base"] + ".torch.txt") == 0
     assert seen["ours"] == []
     assert not os.path.exists(seen["base"] + ".cpu.stacks.txt")
@@ -104,15 +82,18 @@ def test_stacks_need_the_experimental_config(tmp_path, caplog):
 
     config = exports.stacks_experimental_config()
     os.makedirs(tmp_path / "verbose")
-    profile_tiny_training(str(tmp_path / "verbose"), on_ready, with_stack=True, experimental_config=config)
+    profile_tiny_loop(
+        str(tmp_path / "verbose"), on_ready=on_ready, with_stack=True, experimental_config=config
+    )
     assert os.path.getsize(seen["base"] + ".torch.txt") > 0
     assert seen["ours"] == [seen["base"] + ".cpu.stacks.txt"]
 
 
 def test_no_stacks_without_with_stack(tmp_path):
     seen: dict = {}
-    profile_tiny_training(
-        str(tmp_path), lambda prof, base: seen.update(paths=exports.export_collapsed_stacks(prof, base))
+    profile_tiny_loop(
+        str(tmp_path),
+        on_ready=lambda prof, base: seen.update(paths=exports.export_collapsed_stacks(prof, base)),
     )
     assert seen["paths"] == []
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".stacks.txt")]
@@ -167,7 +148,9 @@ def test_memory_timeline_needs_the_three_flags(tmp_path, caplog):
             seen["ok"] = exports.export_memory_timeline(prof, base + ".memory.html", "cpu")
         seen["path"] = base + ".memory.html"
 
-    profile_tiny_training(str(tmp_path), on_ready, profile_memory=True, record_shapes=True)  # no with_stack
+    profile_tiny_loop(
+        str(tmp_path), on_ready=on_ready, profile_memory=True, record_shapes=True
+    )  # no with_stack
     assert seen["ok"] is False
     assert not os.path.exists(seen["path"])
     assert "with_stack=True" in caplog.text

@@ -6,47 +6,17 @@ import argparse
 import json
 import os
 import shutil
-import warnings
 
 import pytest
-import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_perf import report, trace_analysis
 from lightning_perf.summary import SUMMARY_FILENAME, Finding, RunSummary, TimingSummary
-
-
-def profile_tiny_training(out_dir: str, cycles: int = 2) -> list[str]:
-    """Real training steps under torch.profiler, ``cycles`` cycles of 3 active steps, one trace file each."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    samples = (cycles * 5 + 1) * 8
-    loader = DataLoader(
-        TensorDataset(torch.randn(samples, 16), torch.randint(0, 4, (samples,))), batch_size=8
-    )
-    paths: list[str] = []
-
-    def ready(prof: torch.profiler.profile) -> None:
-        paths.append(os.path.join(out_dir, f"host_rank0.{prof.step_num:04d}.pt.trace.json.gz"))
-        prof.export_chrome_trace(paths[-1])
-
-    schedule = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=cycles)
-    with warnings.catch_warnings(), torch.profiler.profile(schedule=schedule, on_trace_ready=ready) as prof:
-        # torch notes that each cycle's trace holds only that cycle's events: what we want here
-        warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle")
-        for x, y in loader:
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            prof.step()
-    return paths
+from tests.helpers import profile_tiny_loop
 
 
 @pytest.fixture(scope="module")
 def real_traces(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return profile_tiny_training(str(tmp_path_factory.mktemp("traces")))
+    return profile_tiny_loop(str(tmp_path_factory.mktemp("traces")), cycles=2)
 
 
 @pytest.fixture

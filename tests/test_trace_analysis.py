@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from lightning_perf import trace_analysis, traces
-from tests.test_traces import DATALOADER, plugin_profile, profile_tiny_training
+from tests.helpers import profile_tiny_loop
+from tests.test_traces import DATALOADER, plugin_profile
 
 
 @pytest.fixture(scope="module")
 def real_trace(tmp_path_factory: pytest.TempPathFactory) -> str:
-    (path,) = profile_tiny_training(str(tmp_path_factory.mktemp("real")))
+    (path,) = profile_tiny_loop(str(tmp_path_factory.mktemp("real")))
     return path
 
 

@@ -11,40 +11,17 @@ import tracemalloc
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_perf import trace_analysis, traces
 from lightning_perf.traces import TraceError
+from tests.helpers import profile_tiny_loop
 
 DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
-def profile_tiny_training(out_dir: str, batches: int = 8) -> list[str]:
-    """A few real training steps under torch.profiler (wait=1, warmup=1, active=3, one cycle): its trace."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(torch.randn(batches * 8, 16), torch.randint(0, 4, (batches * 8,))), 8)
-    paths: list[str] = []
-
-    def ready(prof: torch.profiler.profile) -> None:
-        paths.append(os.path.join(out_dir, f"host_rank0.{prof.step_num}.pt.trace.json.gz"))
-        prof.export_chrome_trace(paths[-1])
-
-    schedule = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)
-    with torch.profiler.profile(schedule=schedule, on_trace_ready=ready) as prof:
-        for x, y in loader:
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            prof.step()
-    return paths
-
-
 @pytest.fixture(scope="module")
 def real_trace(tmp_path_factory: pytest.TempPathFactory) -> str:
-    (path,) = profile_tiny_training(str(tmp_path_factory.mktemp("real")))
+    (path,) = profile_tiny_loop(str(tmp_path_factory.mktemp("real")))
     return path
 
 
