@@ -36,8 +36,8 @@ from torchvision import transforms
 
 from lightning_perf import PerfCallback
 from lightning_perf.compare import compare, render_text
-from lightning_perf.fingerprint import usable_cpu_count
 from lightning_perf.summary import RunSummary
+from lightning_perf.utilization import usable_cpu_count
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)

@@ -17,13 +17,11 @@ from typing import Any
 
 import torch
 
+from lightning_perf.fingerprint import model_has_conv
+
 # passes discarded while cuDNN autotunes (benchmark mode searches on the first pass of a shape)
 WARMUP_PASSES = 2
 TIMED_PASSES = 5
-
-
-def _has_conv(module: torch.nn.Module) -> bool:
-    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
 
 
 def _timed_passes(
@@ -64,7 +62,7 @@ def cudnn_benchmark_ab(
                 "applies": False,
                 "reason": f"training on {device.type}: cudnn.benchmark only changes CUDA convolutions",
             }
-        if not _has_conv(module):
+        if not model_has_conv(module):
             return {"applies": False, "reason": "the model has no convolutions"}
     if inputs is None:
         return {"applies": False, "reason": "no tensor batch was kept to time the model on"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any
 
@@ -10,13 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_perf.summary import Settings
-
-
-def usable_cpu_count() -> int:
-    """CPU cores this process may run on (the affinity mask, e.g. under SLURM or taskset)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+from lightning_perf.utilization import usable_cpu_count
 
 
 def train_dataloader(trainer: Any) -> DataLoader | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
 import sys
 import time
@@ -28,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_perf.diagnosis import WORKERS_MARGIN
+from lightning_perf.utilization import usable_cpu_count
 
 # Delivery must beat the model's compute rate by this factor (shared with the diagnosis' estimate).
 DEFAULT_MARGIN = WORKERS_MARGIN
@@ -157,13 +157,6 @@ def candidate_counts(max_workers: int) -> list[int]:
     if counts[-1] != max_workers:
         counts.append(max_workers)
     return counts
-
-
-def usable_cpu_count() -> int:
-    """Cores this process may run on (its affinity mask, e.g. under a job scheduler), else all cores."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: float) -> dict[str, Any]:

@@ -215,12 +215,12 @@ def _gpu_figures(means: dict[str, float], peak: float | None, name: str | None, 
     )
 
 
-def usable_cpu_count() -> int | None:
-    """Cores this process may run on (its affinity mask), else the machine's count."""
+def usable_cpu_count() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. under SLURM or taskset), else all cores."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count()
+        return os.cpu_count() or 1
 
 
 def _is_number(value: Any) -> bool:
