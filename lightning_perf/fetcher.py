@@ -49,7 +49,7 @@ def _timed_class(base: type) -> type:
     def __iter__(self):  # noqa: N807
         t_start = perf_counter()
         result = base.__iter__(self)
-        getattr(self, _LISTENER_ATTR).iterator_created(perf_counter() - t_start)
+        self._lightning_perf_listener.iterator_created(perf_counter() - t_start)
         return result
 
     cls = type(f"Timed{base.__name__}", (base,), {"__next__": __next__, "__iter__": __iter__})

@@ -44,16 +44,8 @@ def add_text(trainer: Any, tag: str, text: str, step: int) -> bool:
     return True
 
 
-# headline results shown as HParams metrics: logged once at the end of fit under these tags
-SUMMARY_METRICS = {
-    "perf/summary/step_time_median_ms": lambda s: s.timing.step_time_ms and s.timing.step_time_ms.median,
-    "perf/summary/data_wait_pct": lambda s: s.timing.data_wait_pct,
-    "perf/summary/samples_per_sec": lambda s: s.timing.samples_per_sec,
-    "perf/summary/gpu_util_pct": lambda s: s.utilization.gpu and s.utilization.gpu.util_pct,
-    "perf/summary/gpu_kernel_busy_pct": lambda s: s.utilization.gpu and s.utilization.gpu.kernel_busy_pct,
-    "perf/summary/peak_gpu_mem_gb": lambda s: s.utilization.gpu and s.utilization.gpu.peak_mem_used_gb,
-    "perf/summary/cpu_util_pct": lambda s: s.utilization.cpu and s.utilization.cpu.process_cpu_pct,
-}
+# headline results (lightning_perf.compare's metrics) shown as HParams metrics under this prefix, once at fit end
+SUMMARY_PREFIX = "perf/summary/"
 
 # TensorBoard's Custom Scalars tab: one chart per concern, every run drawn in it
 CUSTOM_SCALARS_LAYOUT = {
@@ -109,8 +101,9 @@ def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bo
         for name, value in vars(summary.settings).items():
             if value is not None:
                 params[f"perf/{name}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
-        metrics = {tag: value(summary) for tag, value in SUMMARY_METRICS.items()}
-        metrics = {tag: float(v) for tag, v in metrics.items() if v is not None}
+        from lightning_perf.compare import headline_metrics
+
+        metrics = {SUMMARY_PREFIX + key: value for key, value in headline_metrics(summary).items()}
         if hp_metric_placeholder:
             metrics.setdefault("hp_metric", -1.0)
         step = trainer.global_step
