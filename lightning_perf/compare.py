@@ -121,6 +121,8 @@ def headline_metrics(summary: RunSummary) -> dict[str, float]:
     """The compared metrics of one run by key (absent ones left out): also what the HParams tab shows."""
     values = {spec.key: spec.get(summary) for spec in METRICS}
     return {key: float(value) for key, value in values.items() if value is not None}
+
+
 # shown beside the headline in the verdict when both runs have them
 VERDICT_DETAIL_KEYS = ("data_wait_pct", "gpu_util_pct")
 
