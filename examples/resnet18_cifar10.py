@@ -35,9 +35,9 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 from lightning_perf import PerfCallback
-from lightning_perf.compare import compare, render_text
-from lightning_perf.summary import RunSummary
-from lightning_perf.utilization import usable_cpu_count
+from lightning_perf.analysis.comparison import compare, render_text
+from lightning_perf.analysis.summary import RunSummary
+from lightning_perf.collect.utilization import usable_cpu_count
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)

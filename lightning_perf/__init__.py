@@ -16,7 +16,7 @@ def __getattr__(name: str):
 
         return PerfCallback
     if name == "RunSummary":
-        from lightning_perf.summary import RunSummary
+        from lightning_perf.analysis.summary import RunSummary
 
         return RunSummary
     raise AttributeError(f"module 'lightning_perf' has no attribute {name!r}")

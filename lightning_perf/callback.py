@@ -16,15 +16,16 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_perf import fetcher as fetcher_hooks
-from lightning_perf import run_end, tensorboard
-from lightning_perf.distributed import WINDOW, RankReducer, rank_table, reduce_window
-from lightning_perf.fingerprint import model_has_conv
-from lightning_perf.profiling import ProfilerWindow, validate_activities
-from lightning_perf.schedule import ProfileSchedule
-from lightning_perf.session import PerfSession, first_tensor
-from lightning_perf.summary import RunSummary, TraceFile
-from lightning_perf.timing import EPOCH_START_MS, STEP_TIME_MS, StepClock
+from lightning_perf.analysis.summary import RunSummary, TraceFile
+from lightning_perf.collect import fetch_timing as fetcher_hooks
+from lightning_perf.collect.profiler_window import ProfilerWindow, validate_activities
+from lightning_perf.collect.rank_exchange import WINDOW, RankReducer, rank_table, reduce_window
+from lightning_perf.collect.run_state import PerfSession, first_tensor
+from lightning_perf.collect.schedule import ProfileSchedule
+from lightning_perf.collect.settings_fingerprint import model_has_conv
+from lightning_perf.collect.step_clock import EPOCH_START_MS, STEP_TIME_MS, StepClock
+from lightning_perf.output import end_of_run as run_end
+from lightning_perf.output import loggers as tensorboard
 
 KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
 
@@ -270,7 +271,8 @@ class PerfCallback(Callback):
 
     def _trace_written(self, trainer: Trainer, session: PerfSession, trace: TraceFile) -> None:
         """A cycle with CUDA activity was saved: its kernel-busy share, as torch-tb-profiler computes it."""
-        from lightning_perf import trace_analysis, traces
+        from lightning_perf.traces import analysis as trace_analysis
+        from lightning_perf.traces import reader as traces
 
         path = os.path.join(session.window.trace_dir, trace.path)
         try:
@@ -380,7 +382,7 @@ class PerfCallback(Callback):
 
     def _start_sampler(self, trainer: Trainer) -> None:
         try:
-            from lightning_perf.utilization import UtilSampler
+            from lightning_perf.collect.utilization import UtilSampler
 
             device = trainer.strategy.root_device
             cuda_devices = [device.index or 0] if device.type == "cuda" else []

@@ -20,7 +20,7 @@ from examples.resnet18_cifar10 import (
     auto_num_workers,
 )
 from lightning_perf import PerfCallback
-from lightning_perf.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from tests.helpers import trace_files
 
 REPO = Path(__file__).resolve().parents[1]

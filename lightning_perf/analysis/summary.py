@@ -1,0 +1,292 @@
+"""The run summary: what one run measured, as plain dataclasses and a versioned JSON file.
+
+Everything downstream of the callback (diagnosis, comparison, the report, the HParams tab) reads a
+:class:`RunSummary`, never the callback itself. The JSON form is ``perf_summary.json`` in the run's log dir.
+This module imports nothing from Lightning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import tempfile
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SUMMARY_FILENAME = "perf_summary.json"
+SCHEMA_NAME = "lightning-perf/run-summary"
+SCHEMA_VERSION = 1
+
+
+class SummaryError(ValueError):
+    """A summary file is missing, truncated, corrupt or of an unknown schema. The message names the file."""
+
+
+@dataclass
+class Distribution:
+    """Order statistics of one per-step quantity (all in the unit the field name gives)."""
+
+    count: int
+    mean: float
+    median: float
+    p90: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Distribution | None:
+        """Summarise ``values``; ``None`` when there are none (absent, never zero)."""
+        if not values:
+            return None
+        ordered = sorted(values)
+        return cls(
+            count=len(ordered),
+            mean=statistics.fmean(ordered),
+            median=statistics.median(ordered),
+            p90=percentile(ordered, 90.0),
+            min=ordered[0],
+            max=ordered[-1],
+        )
+
+
+def percentile(ordered: Sequence[float], pct: float) -> float:
+    """Linear-interpolated percentile of already sorted values (numpy's default method)."""
+    if not ordered:
+        raise ValueError("percentile of an empty sequence")
+    rank = (len(ordered) - 1) * pct / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class TimingSummary:
+    """Per-batch timing of the training loop (see ``lightning_perf.collect.step_clock``)."""
+
+    steps: int = 0
+    samples: int = 0
+    step_time_ms: Distribution | None = None
+    data_wait_ms: Distribution | None = None
+    compute_ms: Distribution | None = None
+    # share of the summed step time spent blocked on the DataLoader
+    data_wait_pct: float | None = None
+    samples_per_sec: float | None = None
+    batches_per_sec: float | None = None
+    # the first fetch of every epoch (worker start-up), kept apart from the per-batch wait
+    epoch_start_ms: Distribution | None = None
+    epochs: int = 0
+    # wall time spent outside training steps: validation during fit, checkpoint saving
+    validation_s: float = 0.0
+    checkpoint_s: float = 0.0
+    # wall time from the first training batch to the end of training
+    train_wall_s: float = 0.0
+
+
+@dataclass
+class GpuUtilization:
+    """GPU figures averaged over the run (NVML) and over profiled windows (kernel-busy from traces)."""
+
+    device_name: str | None = None
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    mem_used_gb: float | None = None
+    peak_mem_used_gb: float | None = None
+    power_w: float | None = None
+    kernel_busy_pct: float | None = None
+    compute_capability: list[int] | None = None
+
+
+@dataclass
+class CpuUtilization:
+    """Host figures averaged over the run (psutil). Percentages are of one core (100 = one core busy)."""
+
+    process_cpu_pct: float | None = None
+    workers_cpu_pct: float | None = None
+    system_cpu_pct: float | None = None
+    process_rss_gb: float | None = None
+    workers_rss_gb: float | None = None
+    num_workers_seen: int | None = None
+    cpu_count: int | None = None
+
+
+@dataclass
+class UtilizationSummary:
+    gpu: GpuUtilization | None = None
+    # why GPU figures are absent ("no GPU", "NVML not installed", ...); None when they are present
+    gpu_unavailable_reason: str | None = None
+    cpu: CpuUtilization | None = None
+
+
+@dataclass
+class Settings:
+    """The settings fingerprint: what the run ran with, so two runs can be compared."""
+
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+    cudnn_benchmark: bool | None = None
+    cudnn_deterministic: bool | None = None
+    precision: str | None = None
+    accelerator: str | None = None
+    devices: int | None = None
+    world_size: int | None = None
+    strategy: str | None = None
+    accumulate_grad_batches: int | None = None
+    torch_version: str | None = None
+    lightning_version: str | None = None
+    cuda_version: str | None = None
+    gpu_name: str | None = None
+    cpu_count: int | None = None
+    host: str | None = None
+    model_has_conv: bool | None = None
+    input_shapes_vary: bool | None = None
+
+
+@dataclass
+class Finding:
+    """One diagnosis: a stable id, how bad, the evidence with numbers, what to do and the settings to change."""
+
+    id: str
+    severity: str
+    title: str
+    evidence: str
+    recommendation: str
+    settings_change: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TraceFile:
+    path: str
+    steps: list[int] = field(default_factory=list)
+    bytes: int = 0
+
+
+@dataclass
+class RankStats:
+    """One rank's figures for the per-rank table of a distributed run."""
+
+    rank: int
+    host: str
+    step_time_ms: float | None = None
+    data_wait_ms: float | None = None
+    gpu_util_pct: float | None = None
+    cpu_util_pct: float | None = None
+
+
+@dataclass
+class RunSummary:
+    """Everything one run measured. ``to_dict``/``from_dict`` round-trip through ``perf_summary.json``."""
+
+    run_name: str = ""
+    log_dir: str | None = None
+    stage: str = "fit"
+    status: str = "finished"
+    started_at: str | None = None
+    ended_at: str | None = None
+    global_rank: int = 0
+    world_size: int = 1
+    timing: TimingSummary = field(default_factory=TimingSummary)
+    utilization: UtilizationSummary = field(default_factory=UtilizationSummary)
+    settings: Settings = field(default_factory=Settings)
+    findings: list[Finding] = field(default_factory=list)
+    traces: list[TraceFile] = field(default_factory=list)
+    ranks: list[RankStats] = field(default_factory=list)
+    # results of measured probes (num_workers sweep, cudnn.benchmark A/B), free-form by probe name
+    probes: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> RunSummary:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA_NAME:
+            raise SummaryError(f"{source}: not a lightning-perf run summary (no schema {SCHEMA_NAME!r})")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SummaryError(
+                f"{source}: summary schema_version {version!r} is not supported (this version reads "
+                f"{SCHEMA_VERSION})"
+            )
+        payload = {k: v for k, v in data.items() if k not in ("schema", "schema_version")}
+        try:
+            return _build(cls, payload)
+        except (TypeError, ValueError, KeyError) as err:
+            raise SummaryError(f"{source}: malformed run summary: {err}") from err
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically, so a crash mid-write never leaves a truncated summary behind."""
+        path = os.fspath(path)
+        directory = os.path.dirname(path) or "."
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".perf_summary.", suffix=".tmp", dir=directory)
+        try:
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; the summary is as readable as the logs beside it
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(self.to_dict(), fh, indent=2, allow_nan=False, default=_json_default)
+                fh.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunSummary:
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, SUMMARY_FILENAME)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError as err:
+            raise SummaryError(f"{path}: no run summary here (expected {SUMMARY_FILENAME})") from err
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise SummaryError(f"{path}: corrupt or truncated run summary: {err}") from err
+        return cls.from_dict(data, source=path)
+
+
+def _json_default(value: Any) -> Any:
+    # numpy scalars and the like reach the summary from probes; store them as plain numbers
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _build(cls: type, data: Any) -> Any:
+    """Build dataclass ``cls`` from a dict, recursing into nested dataclasses and lists of them."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__} expects an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for name, value in data.items():
+        if name not in known:
+            continue  # fields added by a newer minor release are ignored, not fatal
+        kwargs[name] = _convert(hints[name], value)
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return _convert(inner[0], value) if len(inner) == 1 else value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value)
+    if origin is list:
+        (item_hint,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return [_convert(item_hint, item) for item in value]
+    return value

@@ -1,0 +1,49 @@
+"""The ``lightning-perf`` command line: one subcommand per module (each imports heavy libraries lazily).
+
+Each command module provides ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from lightning_perf import __version__
+
+COMMANDS = {
+    "compare": "lightning_perf.cli.compare",
+    "trial": "lightning_perf.trial.api",
+    "report": "lightning_perf.traces.report",
+}
+
+
+def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lightning-perf",
+        description="Performance profiling, diagnosis and comparison for PyTorch Lightning runs.",
+    )
+    parser.add_argument("--version", action="version", version=f"lightning-perf {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in modules.items():
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+    return parser
+
+
+def _command_modules() -> dict[str, object]:
+    return {name: importlib.import_module(path) for name, path in COMMANDS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    modules = _command_modules()
+    parser = build_parser(modules)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return int(modules[args.command].run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

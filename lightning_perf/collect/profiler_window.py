@@ -1,0 +1,335 @@
+"""ProfilerWindow: the lifecycle of ``torch.profiler`` over a schedule, and where its traces go.
+
+A profiler exists only around a cycle: it is created on the cycle's first warm-up (or recorded) batch and
+closed after its last recorded batch, because ``profile.step()`` does work on every call even when idle.
+Between cycles the per-batch cost is one integer comparison. Traces are written as
+``<host>_rank<global_rank>.<ns>.pt.trace.json.gz`` in the run's log dir, the layout torch-tb-profiler reads,
+rewritten so that every trace tool attributes DataLoader time and ranks correctly (``traces.rewrite_trace``).
+Nothing here may break training: I/O and export errors become one warning each and training goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import logging
+import os
+import re
+import shutil
+import socket
+import time
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity
+
+from lightning_perf.analysis.summary import TraceFile
+from lightning_perf.collect.schedule import ProfileSchedule
+
+log = logging.getLogger("lightning_perf")
+
+ACTIVITY_NAMES = ("cpu", "cuda")
+_ACTIVITIES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
+_RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+TRACE_SUFFIX = ".pt.trace.json.gz"
+
+
+def validate_activities(activities: Sequence[str] | None) -> tuple[str, ...] | None:
+    """Check user-given activity names; ``None`` means "cpu, plus cuda when training on CUDA"."""
+    if activities is None:
+        return None
+    if isinstance(activities, str):
+        activities = [activities]
+    names = []
+    for name in activities:
+        key = str(name).lower()
+        if key not in _ACTIVITIES:
+            raise ValueError(f"`activities` entry {name!r} is not one of {list(ACTIVITY_NAMES)}")
+        if key == "cuda" and not torch.cuda.is_available():
+            raise ValueError("`activities` asks for 'cuda' but no CUDA device is available on this machine")
+        if key not in names:
+            names.append(key)
+    if not names:
+        raise ValueError(f"`activities` must name at least one of {list(ACTIVITY_NAMES)}, got an empty list")
+    return tuple(names)
+
+
+def worker_name(global_rank: int, host: str | None = None) -> str:
+    """``<host>_rank<global_rank>``: unique across nodes, unlike Lightning's local-rank file names."""
+    host = host or socket.gethostname()
+    # torch-tb-profiler splits file names on '.', so keep the host name to a safe alphabet
+    safe_host = re.sub(r"[^A-Za-z0-9_-]", "-", host) or "host"
+    return f"{safe_host}_rank{global_rank}"
+
+
+class ProfilerWindow:
+    """Drives one ``torch.profiler.profile`` per schedule cycle from batch boundaries.
+
+    Call :meth:`boundary` once at the start of every batch (before its fetch, so each ``ProfilerStep#N``
+    span covers the whole batch), :meth:`end_step_span` when a batch's own work has ended early
+    (validation or the epoch end follow), and :meth:`close` when the run ends, however it ends.
+    """
+
+    def __init__(
+        self,
+        schedule: ProfileSchedule,
+        activities: Sequence[str],
+        trace_dir: str,
+        *,
+        global_rank: int = 0,
+        world_size: int = 1,
+        backend: str | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        max_trace_bytes: int | None = None,
+        export_stacks: bool = True,
+        export_speedscope: bool = False,
+        export_memory_timeline: bool = True,
+        on_trace: Callable[[TraceFile, object], None] | None = None,
+    ) -> None:
+        self.schedule = schedule
+        self.activities = tuple(activities)
+        self.trace_dir = trace_dir
+        self.global_rank = global_rank
+        self.world_size = world_size
+        self.backend = backend
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.with_flops = with_flops
+        self.max_trace_bytes = max_trace_bytes
+        self.export_stacks = export_stacks
+        self.export_speedscope = export_speedscope
+        self.export_memory_timeline = export_memory_timeline
+        self.on_trace = on_trace
+        self.worker = worker_name(global_rank)
+        self.traces: list[TraceFile] = []
+        self.bytes_written = 0
+        self.recorded_steps = 0
+        self._largest_trace = 0
+        self._prof: torch.profiler.profile | None = None
+        self._cycle_steps: list[int] = []
+        self._next_start: int | None = schedule.next_cycle_start(0)
+        self._cap_warned = False
+
+    @property
+    def active(self) -> bool:
+        """True while a profiler exists (warm-up or recording)."""
+        return self._prof is not None
+
+    @property
+    def finished(self) -> bool:
+        """True when no cycle is open and none is left."""
+        return self._prof is None and self._next_start is None
+
+    def boundary(self, step: int) -> None:
+        """Batch ``step`` is about to be fetched."""
+        prof = self._prof
+        if prof is None:
+            if self._next_start is None or step < self._next_start:
+                return  # the hot path between cycles: one comparison
+            if self.schedule.action(step) is ProfilerAction.NONE:
+                self._next_start = self.schedule.next_cycle_start(step)
+                return
+            self._open(step)
+            return
+        try:
+            prof.step()  # saves the trace (on_trace_ready) when the previous batch ended a cycle
+        except Exception as err:  # a profiler failure must not stop training
+            self._abandon(f"torch profiler failed at batch {step}: {err}")
+            return
+        action = self.schedule.action(step)
+        if action is ProfilerAction.NONE:
+            self._stop_profiler()
+            self._next_start = self.schedule.next_cycle_start(step)
+        elif action in _RECORDING:
+            self._cycle_steps.append(step)
+
+    def end_step_span(self) -> None:
+        """End the open ``ProfilerStep#N`` span now: what follows (validation, epoch end) is not that batch."""
+        prof = self._prof
+        span = getattr(prof, "step_rec_fn", None) if prof is not None else None
+        if span is not None:
+            span.__exit__(None, None, None)
+            prof.step_rec_fn = None  # so profile.step() does not close it a second time
+
+    def close(self) -> None:
+        """Stop any running profiler, saving the batches already recorded in the open cycle."""
+        self._next_start = None
+        if self._prof is not None:
+            self._stop_profiler()
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _open(self, step: int) -> None:
+        if self._over_budget():
+            self._next_start = None
+            return
+        try:
+            prof = torch.profiler.profile(
+                activities=[_ACTIVITIES[name] for name in self.activities],
+                schedule=self.schedule.action,
+                on_trace_ready=self._on_trace_ready,
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                with_flops=self.with_flops,
+                experimental_config=self._experimental_config(),
+            )
+            _align_step(prof, step, self.schedule.action(step))
+            prof.start()
+        except Exception as err:
+            self._abandon(f"could not start the torch profiler at batch {step}: {err}")
+            return
+        self._prof = prof
+        self._cycle_steps = [step] if self.schedule.action(step) in _RECORDING else []
+
+    def _experimental_config(self) -> object | None:
+        if not (self.with_stack and self.export_stacks):
+            return None
+        # export_stacks writes empty files without the verbose config (PyTorch issue 100253)
+        from lightning_perf.traces.exports import stacks_experimental_config
+
+        return stacks_experimental_config()
+
+    def _over_budget(self) -> bool:
+        if self.max_trace_bytes is None:
+            return False
+        # skip a cycle that would pass the cap, judging its size by the largest trace so far
+        if self.bytes_written + self._largest_trace <= self.max_trace_bytes and (
+            self.bytes_written < self.max_trace_bytes
+        ):
+            return False
+        if not self._cap_warned:
+            self._cap_warned = True
+            warnings.warn(
+                f"lightning-perf: {self.bytes_written / 1e6:.1f} MB of traces written; the next cycle would "
+                f"pass `max_trace_mb` ({self.max_trace_bytes / 1e6:g} MB), so later profiling cycles are "
+                "skipped. Raise `max_trace_mb` to profile more.",
+                stacklevel=2,
+            )
+        return True
+
+    def _stop_profiler(self) -> None:
+        prof, self._prof = self._prof, None
+        try:
+            prof.stop()  # saves the open cycle when it recorded anything (torch calls on_trace_ready)
+        except Exception as err:
+            warnings.warn(f"lightning-perf: stopping the torch profiler failed: {err}", stacklevel=2)
+        finally:
+            _ensure_profiler_disabled()
+            self._cycle_steps = []
+
+    def _abandon(self, message: str) -> None:
+        warnings.warn(f"lightning-perf: {message}; profiling is off for the rest of this run", stacklevel=3)
+        prof, self._prof = self._prof, None
+        self._next_start = None
+        if prof is not None:
+            with contextlib.suppress(Exception):  # already reported; the profiler is dropped either way
+                prof.stop()
+        _ensure_profiler_disabled()
+
+    def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
+        steps = list(self._cycle_steps)
+        self._cycle_steps = []
+        if not steps:
+            return  # a cycle stopped during warm-up recorded nothing: an empty trace is noise
+        try:
+            trace = self._write_trace(prof, steps)
+        except Exception as err:  # disk full, unwritable dir, ...
+            warnings.warn(
+                f"lightning-perf: could not write the trace of batches {steps[0]}-{steps[-1]} to "
+                f"{self.trace_dir!r}: {err}. Training continues.",
+                stacklevel=2,
+            )
+            return
+        self.traces.append(trace)
+        self.recorded_steps += len(steps)
+        self.bytes_written += trace.bytes
+        self._largest_trace = max(self._largest_trace, trace.bytes)
+        if self.on_trace is not None:
+            self.on_trace(trace, prof)
+
+    def _write_trace(self, prof: torch.profiler.profile, steps: list[int]) -> TraceFile:
+        os.makedirs(self.trace_dir, exist_ok=True)
+        base = os.path.join(self.trace_dir, f"{self.worker}.{time.time_ns()}")
+        final_path = base + TRACE_SUFFIX
+        raw_path = os.path.join(self.trace_dir, f".{os.path.basename(base)}.raw.json")
+        try:
+            prof.export_chrome_trace(raw_path)
+            if hasattr(prof, "wait_for_exports"):
+                prof.wait_for_exports()
+            size = self._finalize(raw_path, final_path)
+        finally:
+            if os.path.exists(raw_path):
+                os.unlink(raw_path)
+        self._write_exports(prof, base, final_path)
+        return TraceFile(path=os.path.basename(final_path), steps=steps, bytes=size)
+
+    def _finalize(self, raw_path: str, final_path: str) -> int:
+        from lightning_perf.traces.reader import rewrite_trace
+
+        try:
+            return rewrite_trace(
+                raw_path,
+                final_path,
+                global_rank=self.global_rank,
+                world_size=self.world_size,
+                backend=self.backend,
+            )
+        except Exception as err:
+            # keep the trace as torch wrote it rather than lose it
+            log.warning("lightning-perf: trace rewrite failed (%s); keeping the trace unmodified", err)
+            with open(raw_path, "rb") as src, gzip.open(final_path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            return os.path.getsize(final_path)
+
+    def _write_exports(self, prof: torch.profiler.profile, base: str, trace_path: str) -> None:
+        from lightning_perf.traces import exports
+
+        jobs: list[tuple[str, Callable[[], object]]] = []
+        if self.with_stack and self.export_stacks:
+            jobs.append(("collapsed stacks", lambda: exports.export_collapsed_stacks(prof, base)))
+        if self.export_speedscope:
+            jobs.append(
+                ("speedscope", lambda: exports.trace_to_speedscope(trace_path, base + ".speedscope.json"))
+            )
+        if self.export_memory_timeline and self.profile_memory and self.record_shapes and self.with_stack:
+            device = "cuda:0" if "cuda" in self.activities else "cpu"
+            jobs.append(
+                (
+                    "memory timeline",
+                    lambda: exports.export_memory_timeline(prof, base + ".memory.html", device),
+                )
+            )
+        for label, job in jobs:
+            try:
+                job()
+            except Exception as err:
+                warnings.warn(f"lightning-perf: {label} export failed: {err}", stacklevel=3)
+
+
+def _align_step(prof: torch.profiler.profile, step: int, action: ProfilerAction) -> None:
+    """Start the new profiler at batch ``step`` so its ``ProfilerStep#N`` names match the batch index."""
+    prof.step_num = step
+    prof.current_action = action
+    if hasattr(prof, "_prev_schedule_action"):  # torch >= 2.10 keeps the last schedule answer too
+        prof._prev_schedule_action = action
+
+
+def profiler_enabled() -> bool:
+    """Whether any autograd/kineto profiler is currently recording in this process."""
+    return bool(torch._C._autograd._profiler_enabled())
+
+
+def _ensure_profiler_disabled() -> None:
+    # A profiler that failed half-way can stay enabled and tax every later op; never leave one behind.
+    if torch._C._autograd._profiler_enabled():
+        try:
+            torch._C._autograd._disable_profiler()
+        except Exception as err:
+            log.warning("lightning-perf: could not disable a leftover torch profiler: %s", err)
+        torch.autograd.profiler._is_profiler_enabled = False

@@ -1,0 +1,190 @@
+"""Per-rank figures brought together under DDP, without ever leaving a rank blocked in a collective of ours.
+
+Every rank measures; each logging window and at the end of fit the ranks exchange a fixed-size vector of
+their figures with ``all_gather`` on a gloo process group of our own (CPU tensors, whatever the training
+backend) created with a bounded timeout. Each vector carries what it is (window or final) and a sequence
+number, so ranks that fell out of step (uneven batch counts) are detected instead of mixed up; a gather that
+times out or fails turns the cross-rank figures off with one warning, and training goes on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from lightning_perf.analysis.summary import RankStats, RunSummary
+from lightning_perf.collect.step_clock import (
+    COMPUTE_MS,
+    DATA_WAIT_MS,
+    DATA_WAIT_PCT,
+    SAMPLES_PER_SEC,
+    STEP_TIME_MS,
+)
+
+log = logging.getLogger("lightning_perf")
+
+# the figures exchanged (absent ones travel as NaN and stay absent)
+REDUCED_KEYS = (
+    STEP_TIME_MS,
+    DATA_WAIT_MS,
+    DATA_WAIT_PCT,
+    COMPUTE_MS,
+    SAMPLES_PER_SEC,
+    "perf/gpu_util_pct",
+    "perf/cpu_util_pct",
+)
+WINDOW, FINAL = 1.0, 2.0
+# How long a rank waits for the others in one of our gathers. Ranks in lockstep arrive within a step of each
+# other; a rank that never comes (it raised, or an IterableDataset ran out early) releases the rest after this.
+GATHER_TIMEOUT_S = 60.0
+SLOWEST_RANK = "perf/slowest_rank"
+
+
+class RankReducer:
+    """Exchanges per-rank figures; a no-op for a single process. Create it on every rank (it is collective)."""
+
+    def __init__(self, timeout_s: float = GATHER_TIMEOUT_S) -> None:
+        dist = torch.distributed
+        #: several processes train together; stays True after a failure (``failed`` says that)
+        self.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world_size = dist.get_world_size() if self.distributed else 1
+        self.failed = False
+        self.hosts: list[str] = []
+        self._group = None
+        self._sequence = 0
+        if self.distributed:
+            try:
+                self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+            except Exception as err:
+                self._disable(f"could not create a gloo group for cross-rank figures: {err}")
+
+    def gather_hosts(self, host: str) -> list[str]:
+        """Every rank's host name, by global rank (collective)."""
+        if not self.distributed or self.failed:
+            self.hosts = [host] * self.world_size
+            return self.hosts
+        try:
+            hosts: list[str | None] = [None] * self.world_size
+            torch.distributed.all_gather_object(hosts, host, group=self._group)
+            self.hosts = [str(h) for h in hosts]
+        except Exception as err:
+            self._disable(f"host exchange failed: {err}")
+            self.hosts = [host]
+        return self.hosts
+
+    def check_batch_counts(self, batches_per_epoch: float) -> None:
+        """Turn cross-rank figures off up front when the ranks' epochs have different lengths (collective).
+
+        Ranks then reach their windows and the end of training at different batches. Lightning itself
+        broadcasts on every batch (its SIGTERM check), so a rank that finished first would wait in our gather
+        for a rank that waits in Lightning's broadcast: better to know before the first gather.
+        """
+        if not self.distributed or self.failed:
+            return
+        local = torch.tensor([float(batches_per_epoch)], dtype=torch.float64)
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        try:
+            torch.distributed.all_gather(gathered, local, group=self._group)
+        except Exception as err:
+            self._disable(f"batch count exchange failed: {err}")
+            return
+        counts = [t.item() for t in gathered]
+        if len(set(counts)) > 1:
+            shown = ", ".join(f"rank {r}: {c:g}" for r, c in enumerate(counts))
+            self._disable(f"ranks have different numbers of batches per epoch ({shown})")
+
+    def gather(self, kind: float, values: Mapping[str, float]) -> list[dict[str, float]] | None:
+        """Every rank's ``values`` (by global rank), or None when the ranks are out of step or it failed."""
+        if not self.distributed:
+            return [dict(values)]
+        if self.failed:
+            return None
+        self._sequence += 1
+        row = [kind, float(self._sequence)] + [float(values.get(key, math.nan)) for key in REDUCED_KEYS]
+        local = torch.tensor(row, dtype=torch.float64)
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        try:
+            torch.distributed.all_gather(gathered, local, group=self._group)
+        except Exception as err:
+            self._disable(f"a cross-rank gather failed or timed out ({err})")
+            return None
+        rows = [t.tolist() for t in gathered]
+        if any(r[0] != kind or r[1] != self._sequence for r in rows):
+            self._disable("ranks reached different numbers of logging windows (uneven batch counts)")
+            return None
+        return [
+            {key: value for key, value in zip(REDUCED_KEYS, r[2:], strict=True) if not math.isnan(value)}
+            for r in rows
+        ]
+
+    def _disable(self, reason: str) -> None:
+        # from now on gather() answers None: no cross-rank figures rather than one rank's as everyone's
+        if not self.failed:
+            warnings.warn(f"lightning-perf: cross-rank figures are off for this run: {reason}", stacklevel=3)
+        self.failed = True
+
+
+def reduce_window(per_rank: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Mean over ranks under the usual tags, the max as ``<tag>_max``, and the slowest rank."""
+    reduced: dict[str, float] = {}
+    for key in REDUCED_KEYS:
+        values = [r[key] for r in per_rank if key in r]
+        if not values:
+            continue
+        reduced[key] = sum(values) / len(values)
+        reduced[f"{key}_max"] = max(values)
+    slowest = slowest_rank(per_rank)
+    if slowest is not None:
+        reduced[SLOWEST_RANK] = float(slowest)
+    return reduced
+
+
+def slowest_rank(per_rank: Sequence[Mapping[str, float]]) -> int | None:
+    """The rank holding the others back. Gradient sync evens step times out across ranks (the fast ones wait
+    inside backward), so the DataLoader wait, which happens before the sync, names the culprit; step time
+    breaks ties."""
+    candidates = [
+        (r.get(DATA_WAIT_MS, 0.0), r.get(STEP_TIME_MS, 0.0), rank)
+        for rank, r in enumerate(per_rank)
+        if DATA_WAIT_MS in r or STEP_TIME_MS in r
+    ]
+    if not candidates:
+        return None
+    return max(candidates)[2]
+
+
+def own_figures(summary: RunSummary) -> dict[str, float]:
+    """This rank's run figures for the per-rank table."""
+    timing, utilization = summary.timing, summary.utilization
+    figures = {
+        STEP_TIME_MS: timing.step_time_ms and timing.step_time_ms.median,
+        DATA_WAIT_MS: timing.data_wait_ms and timing.data_wait_ms.median,
+        "perf/gpu_util_pct": utilization.gpu and utilization.gpu.util_pct,
+        "perf/cpu_util_pct": utilization.cpu and utilization.cpu.process_cpu_pct,
+    }
+    return {key: float(value) for key, value in figures.items() if value is not None}
+
+
+def rank_table(reducer: RankReducer, summary: RunSummary) -> list[RankStats]:
+    """The per-rank table of the run summary (collective: call on every rank at the end of fit)."""
+    per_rank = reducer.gather(FINAL, own_figures(summary))
+    if per_rank is None:
+        return []
+    hosts = reducer.hosts or ["?"] * len(per_rank)
+    return [
+        RankStats(
+            rank=rank,
+            host=hosts[rank] if rank < len(hosts) else "?",
+            step_time_ms=figures.get(STEP_TIME_MS),
+            data_wait_ms=figures.get(DATA_WAIT_MS),
+            gpu_util_pct=figures.get("perf/gpu_util_pct"),
+            cpu_util_pct=figures.get("perf/cpu_util_pct"),
+        )
+        for rank, figures in enumerate(per_rank)
+    ]

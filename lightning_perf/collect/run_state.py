@@ -1,0 +1,118 @@
+"""PerfSession: the measuring state of one run (a ``fit``, or one ``validate``/``test``/``predict`` call).
+
+It is the listener of the instrumented data fetcher (``fetcher.py``): on every batch boundary it ends the
+previous step on the :class:`~lightning_perf.collect.step_clock.StepClock` and steps the
+:class:`~lightning_perf.collect.profiler_window.ProfilerWindow`; after the fetch it starts the new step with its DataLoader
+wait and batch size. It holds no Lightning objects, so the callback stays a thin layer of hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from lightning_perf.collect.profiler_window import ProfilerWindow
+from lightning_perf.collect.step_clock import StepClock
+
+# distinct input shapes remembered; beyond the full batch and a smaller last batch, shapes "vary"
+_MAX_SHAPES = 8
+_CONSTANT_SHAPES = 2
+# shapes are sampled (batches 1, 9, 17, ...): varying inputs show up within a few batches, at 1/8 the cost
+_SHAPE_CHECK_MASK = 7
+_SEQUENCES = (list, tuple)
+
+
+def first_tensor(batch: Any, _depth: int = 0) -> torch.Tensor | None:
+    """The first tensor in a (nested) batch, looked up cheaply: it is done for every batch."""
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if _depth > 4:
+        return None
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            found = first_tensor(item, _depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(batch, Mapping):
+        for item in batch.values():
+            found = first_tensor(item, _depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+class PerfSession:
+    """Listener of one run's data fetcher; see the module docstring."""
+
+    def __init__(
+        self,
+        stage: str,
+        clock: StepClock,
+        window: ProfilerWindow | None,
+        batch_size: int | None = None,
+    ) -> None:
+        self.stage = stage
+        self.clock = clock
+        self.window = window
+        self.batch_size_override = batch_size
+        self.batches = 0  # batches started so far: the schedule's step counter
+        self._boundary = 0.0  # when the current batch's boundary was reached
+        self.shapes: set[tuple[int, ...]] = set()
+        self.batch_size_seen: int | None = None
+        self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
+
+    # -- fetcher listener --------------------------------------------------------------------------------
+
+    def before_fetch(self, t: float) -> None:
+        self._boundary = t
+        step = self.batches
+        self.batches = step + 1
+        if self.window is not None:
+            self.window.boundary(step)
+
+    def after_fetch(self, t_start: float, t_end: float, fetched: Any) -> None:
+        self.clock.batch(self._boundary, t_start, t_end, self._batch_size(fetched))
+
+    def fetch_stopped(self) -> None:
+        self.clock.fetch_stopped(self._boundary)
+
+    def iterator_created(self, seconds: float) -> None:
+        self.clock.iterator_created(seconds)
+
+    # -- batch inspection --------------------------------------------------------------------------------
+
+    @property
+    def input_shapes_vary(self) -> bool | None:
+        if not self.shapes:
+            return None
+        return len(self.shapes) > _CONSTANT_SHAPES
+
+    def _batch_size(self, fetched: Any) -> int | None:
+        # Lightning's fetchers return (batch, batch_idx, dataloader_idx)
+        batch = fetched[0] if type(fetched) is tuple and len(fetched) == 3 else fetched
+        # the usual (inputs, targets) batch is looked at without a call; anything else is searched
+        if type(batch) in _SEQUENCES and batch and type(batch[0]) is torch.Tensor:
+            tensor = batch[0]
+        elif type(batch) is torch.Tensor:
+            tensor = batch
+        else:
+            tensor = first_tensor(batch)
+            if tensor is None:
+                return self.batch_size_override
+        shape = tensor.shape
+        if self.batches & _SHAPE_CHECK_MASK == 1:  # input shapes are looked at on every 8th batch only
+            self._note_shape(shape)
+        if self.batch_size_override is not None:
+            return self.batch_size_override
+        if not shape:
+            return None
+        size = shape[0]
+        if self.batch_size_seen is None or size > self.batch_size_seen:
+            self.batch_size_seen = size
+        return size
+
+    def _note_shape(self, shape: torch.Size) -> None:
+        if len(self.shapes) < _MAX_SHAPES:
+            self.shapes.add(tuple(shape))

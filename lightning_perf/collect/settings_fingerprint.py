@@ -1,0 +1,69 @@
+"""The settings fingerprint of a run, read off the Trainer, the model and the training DataLoader."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_perf.analysis.summary import Settings
+from lightning_perf.collect.utilization import usable_cpu_count
+
+
+def train_dataloader(trainer: Any) -> DataLoader | None:
+    """The first training DataLoader of the running fit (Lightning wraps them in a CombinedLoader)."""
+    combined = getattr(trainer.fit_loop, "_combined_loader", None)
+    loaders = combined.flattened if combined is not None else []
+    for loader in loaders:
+        if isinstance(loader, DataLoader):
+            return loader
+    return None
+
+
+def model_has_conv(module: torch.nn.Module | None) -> bool | None:
+    if module is None:
+        return None
+    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
+
+
+def collect_settings(
+    trainer: Any,
+    dataloader: DataLoader | None,
+    batch_size: int | None = None,
+    input_shapes_vary: bool | None = None,
+) -> Settings:
+    import lightning
+
+    device = trainer.strategy.root_device
+    settings = Settings(
+        batch_size=batch_size,
+        cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+        cudnn_deterministic=bool(torch.backends.cudnn.deterministic),
+        precision=str(trainer.precision),
+        accelerator=device.type,
+        devices=int(trainer.num_devices),
+        world_size=int(trainer.world_size),
+        strategy=getattr(trainer.strategy, "strategy_name", type(trainer.strategy).__name__),
+        accumulate_grad_batches=int(trainer.accumulate_grad_batches),
+        torch_version=torch.__version__,
+        lightning_version=lightning.__version__,
+        cuda_version=torch.version.cuda,
+        cpu_count=usable_cpu_count(),
+        host=socket.gethostname(),
+        model_has_conv=model_has_conv(trainer.lightning_module),
+        input_shapes_vary=input_shapes_vary,
+    )
+    if device.type == "cuda":
+        settings.gpu_name = torch.cuda.get_device_name(device)
+    if dataloader is not None:
+        settings.num_workers = dataloader.num_workers
+        settings.pin_memory = bool(dataloader.pin_memory)
+        settings.persistent_workers = bool(dataloader.persistent_workers)
+        settings.prefetch_factor = dataloader.prefetch_factor if dataloader.num_workers > 0 else None
+        if dataloader.batch_size is not None:
+            settings.batch_size = dataloader.batch_size
+        elif dataloader.batch_sampler is not None and hasattr(dataloader.batch_sampler, "batch_size"):
+            settings.batch_size = dataloader.batch_sampler.batch_size
+    return settings

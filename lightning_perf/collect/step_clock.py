@@ -1,0 +1,181 @@
+"""StepClock: DataLoader wait, step time, compute and throughput of every training batch.
+
+The callback feeds it timestamps (``time.perf_counter()`` seconds) taken around the training loop's own
+``next(data_fetcher)`` call, the exact place the loop blocks on the DataLoader:
+
+* ``batch(t_boundary, t_start, t_end, samples)`` – a batch was fetched: the previous step ended at the
+  boundary ``t_boundary``, the new one starts at ``t_start`` (after the callback's own work at the boundary)
+  and its DataLoader wait is ``t_end - t_start``. One call per batch: this runs on every training step.
+* ``fetch_stopped(t)`` – the fetch raised StopIteration at the boundary ``t``: no step starts.
+* ``interrupt(t, kind)`` – validation, a checkpoint or the epoch end begins: the open step ends here and the
+  time until the next fetch is charged to ``kind``, not to a step.
+* ``exclude(seconds)`` – the callback's own work inside a step (e.g. logging a window) is left out of it.
+
+The first fetch of every epoch (iterator creation, worker start-up) is reported apart as
+``epoch_start_ms`` and that batch is left out of the per-step figures. Steps are aggregated per logging
+window (means) and per run (median, p90). No Lightning import; no device synchronisation.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from lightning_perf.analysis.summary import Distribution, TimingSummary
+
+# metric tags, logged per window (see README "Logged metrics")
+STEP_TIME_MS = "perf/step_time_ms"
+DATA_WAIT_MS = "perf/data_wait_ms"
+DATA_WAIT_PCT = "perf/data_wait_pct"
+COMPUTE_MS = "perf/compute_ms"
+SAMPLES_PER_SEC = "perf/samples_per_sec"
+BATCHES_PER_SEC = "perf/batches_per_sec"
+EPOCH_START_MS = "perf/epoch_start_ms"
+
+
+class StepClock:
+    """Accumulates per-step timings; see the module docstring for the protocol."""
+
+    def __init__(self, measure_data_wait: bool = True) -> None:
+        # False when training_step fetches its own batches (``dataloader_iter``): the wait is not observable
+        self.measure_data_wait = measure_data_wait
+        self._open_start: float | None = None
+        self._open_wait = 0.0
+        self._open_samples: int | None = None
+        self._open_excluded = 0.0
+        self._epoch_first = False
+        self._pending_iter_s = 0.0
+        self._gap_kind: str | None = None
+        self._gap_start = 0.0
+        # one entry per closed step; a window is the tail of these arrays since ``_window_start``
+        self._step_ms = array("d")
+        self._wait_ms = array("d")
+        self._samples = array("q")  # -1: the batch size was not found
+        self._window_start = 0
+        self._epoch_start_ms = array("d")
+        self.epochs = 0
+        self.gap_s: dict[str, float] = {}
+        self.last_epoch_start_ms: float | None = None
+
+    # -- the protocol ------------------------------------------------------------------------------------
+
+    def epoch_started(self) -> None:
+        """A training epoch begins: its first fetch is start-up, not a per-batch wait."""
+        self._epoch_first = True
+        self._pending_iter_s = 0.0
+        self.epochs += 1
+
+    def iterator_created(self, seconds: float) -> None:
+        """``iter()`` on the loader took ``seconds`` (worker start-up); part of the epoch start."""
+        self._pending_iter_s += seconds
+
+    def batch(self, t_boundary: float, t_start: float, t_end: float, samples: int | None) -> None:
+        # the common case costs two comparisons and _close: keep it that way, it runs on every step
+        if self._gap_kind is not None:
+            self._settle_gap(t_boundary)
+        if self._open_start is not None:
+            self._close(t_boundary)
+        if self._epoch_first:
+            self._epoch_first = False
+            start_ms = (self._pending_iter_s + t_end - t_start) * 1e3
+            self._epoch_start_ms.append(start_ms)
+            self.last_epoch_start_ms = start_ms
+            return  # the epoch's first batch is not a representative step
+        self._open_start = t_start
+        self._open_wait = t_end - t_start
+        self._open_samples = samples
+        self._open_excluded = 0.0
+
+    def fetch_stopped(self, t_boundary: float) -> None:
+        """The fetch raised StopIteration: the open step ends at the boundary and no step starts."""
+        self.interrupt(t_boundary)
+        self._epoch_first = False
+
+    def interrupt(self, t: float, kind: str | None = None) -> None:
+        """Close the open step at ``t``; charge the time until the next step to ``kind``."""
+        self._settle_gap(t)
+        if self._open_start is not None:
+            self._close(t)
+        if kind is not None:
+            self._gap_kind = kind
+            self._gap_start = t
+
+    def settle(self, t: float) -> None:
+        """End a gap opened by :meth:`interrupt` (e.g. validation ended) at ``t``."""
+        self._settle_gap(t)
+
+    def exclude(self, seconds: float) -> None:
+        if self._open_start is not None:
+            self._open_excluded += seconds
+
+    # -- results -----------------------------------------------------------------------------------------
+
+    @property
+    def window_steps(self) -> int:
+        return len(self._step_ms) - self._window_start
+
+    @property
+    def steps(self) -> int:
+        return len(self._step_ms)
+
+    def take_window(self) -> dict[str, float]:
+        """Window metrics (means over the steps closed since the last call); resets the window."""
+        start, self._window_start = self._window_start, len(self._step_ms)
+        return self._figures(start, self._window_start)
+
+    def _figures(self, start: int, end: int) -> dict[str, float]:
+        steps = end - start
+        step_ms = sum(self._step_ms[start:end])
+        if steps == 0 or step_ms <= 0.0:
+            return {}
+        wait_ms = sum(self._wait_ms[start:end])
+        metrics = {STEP_TIME_MS: step_ms / steps, BATCHES_PER_SEC: steps / step_ms * 1e3}
+        if self.measure_data_wait:
+            metrics[DATA_WAIT_MS] = wait_ms / steps
+            metrics[DATA_WAIT_PCT] = wait_ms / step_ms * 100.0
+            metrics[COMPUTE_MS] = (step_ms - wait_ms) / steps
+        samples = self._samples[start:end]
+        if min(samples) >= 0:
+            metrics[SAMPLES_PER_SEC] = sum(samples) / step_ms * 1e3
+        return metrics
+
+    def summary(self, train_wall_s: float = 0.0) -> TimingSummary:
+        figures = self._figures(0, len(self._step_ms))
+        summary = TimingSummary(
+            steps=len(self._step_ms),
+            samples=int(sum(self._samples)) if SAMPLES_PER_SEC in figures else 0,
+            step_time_ms=Distribution.of(self._step_ms),
+            epoch_start_ms=Distribution.of(self._epoch_start_ms),
+            epochs=self.epochs,
+            validation_s=self.gap_s.get("validation", 0.0),
+            checkpoint_s=self.gap_s.get("checkpoint", 0.0),
+            train_wall_s=train_wall_s,
+            batches_per_sec=figures.get(BATCHES_PER_SEC),
+            samples_per_sec=figures.get(SAMPLES_PER_SEC),
+            data_wait_pct=figures.get(DATA_WAIT_PCT),
+        )
+        if figures and self.measure_data_wait:
+            summary.data_wait_ms = Distribution.of(self._wait_ms)
+            summary.compute_ms = Distribution.of(
+                [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)]
+            )
+        return summary
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _close(self, t_end: float) -> None:
+        step_s = t_end - self._open_start - self._open_excluded
+        self._open_start = None
+        if step_s <= 0.0:
+            return
+        wait_s = self._open_wait
+        if wait_s > step_s:  # the callback's own excluded work made the step shorter than its fetch
+            wait_s = step_s
+        self._step_ms.append(step_s * 1e3)
+        self._wait_ms.append(wait_s * 1e3)
+        samples = self._open_samples
+        self._samples.append(-1 if samples is None else samples)
+
+    def _settle_gap(self, t: float) -> None:
+        if self._gap_kind is not None:
+            self.gap_s[self._gap_kind] = self.gap_s.get(self._gap_kind, 0.0) + (t - self._gap_start)
+            self._gap_kind = None

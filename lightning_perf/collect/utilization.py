@@ -1,0 +1,484 @@
+"""Device utilization: GPU through NVML (nvidia-ml-py), CPU through psutil, sampled on a background thread.
+
+:class:`UtilSampler` reads every ``interval_s`` (default 0.1 s) and keeps averages per window
+(:meth:`UtilSampler.take_window`, since the previous call) and per run (:meth:`UtilSampler.summary`):
+
+- ``perf/gpu_util_pct``: share of time a kernel was running (NVML utilization ``.gpu``), 0-100
+- ``perf/gpu_mem_util_pct``: share of time device memory was read or written (``.memory``), 0-100
+- ``perf/gpu_mem_used_gb``: device memory in use, by all processes, GB (1 GB = 1e9 bytes)
+- ``perf/gpu_power_w``: board power draw, W (absent where NVML does not support it)
+- ``perf/cpu_util_pct``: CPU of the training process, percent of ONE core (200 = two cores busy)
+- ``perf/dataloader_workers_cpu_pct``: CPU of the DataLoader workers together (the live descendant processes
+  of the training process), percent of one core
+- ``perf/system_cpu_pct``: CPU of the whole machine, 0-100 over all cores
+- ``perf/process_rss_gb``: resident memory of the training process, GB
+- ``perf/workers_rss_gb``: resident memory of the workers summed, GB (pages a forked worker still shares
+  with the training process count once per worker, so this overstates)
+
+Several GPUs in one process are averaged (peak memory is the largest on any one of them);
+:meth:`UtilSampler.device_summaries` keeps per-GPU run figures. A metric that was not measured is absent,
+never zero: with no GPU in use, no NVML, or an NVML error the GPU keys are left out, one log line says why,
+``gpu_unavailable_reason`` keeps the reason and the CPU is still sampled. After an NVML error mid-run the
+summary keeps the GPU figures measured until then, beside the reason. The sampler shares the GIL with
+training, so a sample does little Python work: NVML handles are resolved once at ``start()``, and the scan
+for new workers (which reads every process in /proc) runs at most every :data:`CHILD_RESCAN_S`.
+
+This module holds the sampler, its statistics and the psutil backend (:class:`PsutilBackend`); the NVML side
+(CUDA-to-NVML device mapping, :class:`~lightning_perf.collect.nvml.NvmlBackend`) is in :mod:`lightning_perf.collect.nvml`.
+
+Example::
+
+    sampler = UtilSampler(cuda_devices=[0])
+    sampler.start()
+    ...                          # train; every N steps: logger.log_metrics(sampler.take_window(), step)
+    sampler.stop()
+    summary = sampler.summary()  # lightning_perf.analysis.summary.UtilizationSummary
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from lightning_perf.analysis.summary import CpuUtilization, GpuUtilization, UtilizationSummary
+from lightning_perf.collect.nvml import (
+    BYTES_PER_GB,
+    GPU_KEYS,
+    GPU_MEM_USED,
+    GPU_MEM_UTIL,
+    GPU_POWER,
+    GPU_UTIL,
+    GpuUnavailable,
+    NvmlBackend,
+    PciLookup,
+    UuidLookup,
+    torch_cuda_pci,
+    torch_cuda_uuid,
+)
+
+log = logging.getLogger("lightning_perf")
+
+DEFAULT_INTERVAL_S = 0.1
+# CPU figures come from cumulative counters (CPU seconds), so reading them once a second loses nothing of their
+# averages, while each read costs the training thread: /proc reads hand the GIL back and forth (measured here:
+# ~1% of a sub-millisecond-step run at 10 reads/s, ~0.1% at 1/s). GPU utilization is a sampled value and is
+# read every interval_s.
+CPU_INTERVAL_S = 1.0
+# psutil's children() reads /proc/<pid>/stat of every process on the machine: ~7 us each here, so a few ms
+# on a GPU server running 500-1000 processes. Workers are rediscovered every 1 s, less often when a scan is
+# slow, so that scanning takes at most 0.2% of the training process's time. A new worker is counted from
+# the scan that finds it (as cpu_percent would), so its first second or less is missed.
+CHILD_RESCAN_S = 1.0
+CHILD_SCAN_MAX_SHARE = 0.002
+# stop() waits this long for the thread: one NVML call on a GPU in a bad state can block for seconds
+STOP_JOIN_TIMEOUT_S = 10.0
+
+# Children that multiprocessing starts for itself (spawn/forkserver start methods, DDP spawn): not DataLoader
+# workers. Matched on their command line; a forkserver's own children (the workers) still count.
+SERVICE_PROCESS_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+CPU_UTIL = "perf/cpu_util_pct"
+WORKERS_CPU = "perf/dataloader_workers_cpu_pct"
+SYSTEM_CPU = "perf/system_cpu_pct"
+PROCESS_RSS = "perf/process_rss_gb"
+WORKERS_RSS = "perf/workers_rss_gb"
+
+
+def _cpu_seconds(process: Any) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def _system_busy_total(psutil: Any) -> tuple[float, float]:
+    # psutil.cpu_percent's accounting, done here because that function keeps global state anyone may reset;
+    # Linux already counts guest time in user and nice
+    times = psutil.cpu_times()
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
+def _is_service_process(process: Any) -> bool:
+    command = " ".join(process.cmdline())
+    return any(marker in command for marker in SERVICE_PROCESS_MARKERS)
+
+
+class PsutilBackend:
+    """CPU time and resident memory of the training process and its workers, as rates between reads."""
+
+    def __init__(self, psutil: Any, pid: int, exclude_pids: Iterable[int] = (), clock: Any = time.monotonic):
+        self._psutil = psutil
+        self._gone = (psutil.NoSuchProcess, psutil.AccessDenied)
+        self._process = psutil.Process(pid)
+        self._exclude = frozenset(exclude_pids)
+        self._clock = clock
+        self._workers: dict[int, list[Any]] = {}  # pid -> [psutil.Process, its CPU seconds at the last read]
+        self._services: dict[int, Any] = {}  # pid -> psutil.Process of multiprocessing's own helpers
+        self._last = (clock(), _cpu_seconds(self._process), *_system_busy_total(psutil))
+        self._rescan(self._last[0])
+
+    def _rescan(self, now: float) -> None:
+        started = time.perf_counter()
+        try:
+            children = self._process.children(recursive=True)
+        except self._gone:
+            children = []
+        excluded = set(self._exclude)
+        workers = {}
+        for child in children:
+            try:
+                # children() lists a parent before its descendants: one pass excludes whole subtrees
+                if excluded and (child.pid in excluded or child.ppid() in excluded):
+                    excluded.add(child.pid)
+                    continue
+                if self._services.get(child.pid) == child:
+                    continue
+                entry = self._workers.get(child.pid)
+                if entry is None or entry[0] != child:  # new, or its pid was reused: counted from now on
+                    if _is_service_process(child):
+                        self._services[child.pid] = child
+                        continue
+                    entry = [child, _cpu_seconds(child)]
+            except self._gone:
+                continue
+            workers[child.pid] = entry
+        self._workers = workers
+        cost = time.perf_counter() - started
+        self._next_scan = now + max(CHILD_RESCAN_S, cost / CHILD_SCAN_MAX_SHARE)
+
+    def read(self) -> tuple[dict[str, float], int]:
+        """(CPU metrics over the time since the last read, number of live workers)."""
+        now = self._clock()
+        if now >= self._next_scan:
+            self._rescan(now)
+        last_time, last_cpu, last_busy, last_total = self._last
+        if now <= last_time:
+            return {}, len(self._workers)
+        cpu = _cpu_seconds(self._process)
+        workers_cpu = 0.0
+        workers_rss = 0
+        for pid, entry in list(self._workers.items()):
+            try:
+                worker_cpu = _cpu_seconds(entry[0])
+                workers_rss += entry[0].memory_info().rss
+            except self._gone:  # exited (or not ours to read) since the scan: forget it
+                del self._workers[pid]
+                continue
+            workers_cpu += max(0.0, worker_cpu - entry[1])
+            entry[1] = worker_cpu
+        busy, total = _system_busy_total(self._psutil)
+        values = {
+            CPU_UTIL: 100.0 * (cpu - last_cpu) / (now - last_time),
+            WORKERS_CPU: 100.0 * workers_cpu / (now - last_time),
+            PROCESS_RSS: self._process.memory_info().rss / BYTES_PER_GB,
+            WORKERS_RSS: workers_rss / BYTES_PER_GB,
+        }
+        if total > last_total:  # no clock tick since the last read: nothing measured
+            values[SYSTEM_CPU] = max(0.0, 100.0 * (busy - last_busy) / (total - last_total))  # no -1e-9
+        self._last = (now, cpu, busy, total)
+        return values, len(self._workers)
+
+
+class _Stats:
+    """Running sum, count and peak per metric; means() holds only metrics that have samples."""
+
+    __slots__ = ("sums", "counts", "peaks")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self.peaks: dict[str, float] = {}
+
+    def add(self, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.peaks[key] = max(value, self.peaks.get(key, value))
+
+    def means(self) -> dict[str, float]:
+        return {key: total / self.counts[key] for key, total in self.sums.items()}
+
+
+def _gpu_figures(means: dict[str, float], peak: float | None, name: str | None, cc: Any) -> GpuUtilization:
+    return GpuUtilization(
+        device_name=name,
+        util_pct=means.get(GPU_UTIL),
+        mem_util_pct=means.get(GPU_MEM_UTIL),
+        mem_used_gb=means.get(GPU_MEM_USED),
+        peak_mem_used_gb=peak,
+        power_w=means.get(GPU_POWER),
+        compute_capability=cc,
+    )
+
+
+def usable_cpu_count() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. under SLURM or taskset), else all cores."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class UtilSampler:
+    """Samples GPU (NVML) and CPU (psutil) utilization on a daemon thread; see the module docstring.
+
+    Args:
+        interval_s: seconds between GPU samples (> 0).
+        cpu_interval_s: seconds between CPU reads; None: the larger of ``interval_s`` and
+            :data:`CPU_INTERVAL_S`; 0 reads the CPU on every sample.
+        cuda_devices: CUDA indices (as torch numbers them) this process trains on; None or [] for none.
+        nvml: the NVML module; None imports ``pynvml`` (nvidia-ml-py). Tests pass a fake.
+        cuda_uuid_lookup: CUDA index -> UUID string; None asks torch. Tests pass a fake.
+        cuda_pci_lookup: CUDA index -> (domain, bus, device), tried when the UUID does not match; None asks
+            torch, unless cuda_uuid_lookup is given (then only UUIDs are matched).
+        psutil_module: the psutil module; None imports it. Tests may pass a fake.
+        pid: the training process; None for this process.
+        exclude_pids: child processes that are no DataLoader workers, left out of the worker figures with
+            their descendants: e.g. the other local ranks Lightning's DDP launcher starts from rank 0.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        cuda_devices: list[int] | None = None,
+        *,
+        nvml: Any = None,
+        cuda_uuid_lookup: UuidLookup | None = None,
+        cuda_pci_lookup: PciLookup | None = None,
+        psutil_module: Any = None,
+        pid: int | None = None,
+        exclude_pids: list[int] | None = None,
+        cpu_interval_s: float | None = None,
+    ) -> None:
+        number = isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
+        if not (number and math.isfinite(interval_s) and interval_s > 0):
+            raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
+        if cuda_devices is not None and not all(_is_int(i) and i >= 0 for i in cuda_devices):
+            raise ValueError(
+                f"cuda_devices must be a list of CUDA indices >= 0 or None, got {cuda_devices!r}"
+            )
+        if pid is not None and not (_is_int(pid) and pid > 0):
+            raise ValueError(f"pid must be a process id > 0 or None (this process), got {pid!r}")
+        if cpu_interval_s is not None and not (_is_number(cpu_interval_s) and cpu_interval_s >= 0):
+            raise ValueError(
+                f"cpu_interval_s must be a number of seconds >= 0 or None, got {cpu_interval_s!r}"
+            )
+        self.interval_s = float(interval_s)
+        self.cpu_interval_s = (
+            max(self.interval_s, CPU_INTERVAL_S) if cpu_interval_s is None else cpu_interval_s
+        )
+        self._next_cpu_read = 0.0
+        self.cuda_devices = list(cuda_devices or [])
+        self._nvml = nvml
+        self._uuid_lookup = cuda_uuid_lookup or torch_cuda_uuid
+        self._pci_lookup = cuda_pci_lookup or (torch_cuda_pci if cuda_uuid_lookup is None else None)
+        self._psutil = psutil_module
+        self._pid = pid
+        self._exclude_pids = list(exclude_pids or [])
+        self.gpu_unavailable_reason: str | None = None
+        self.nvml_indices: list[int] = []  # the NVML index of each CUDA device in use, once started
+        self._lock = threading.Lock()  # guards the statistics below; held only to add or swap them
+        self._cpu_lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gpu: NvmlBackend | None = None
+        self._cpu: PsutilBackend | None = None
+        self._opened = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._window = _Stats()
+        self._run = _Stats()
+        self._device_stats: list[_Stats] = []  # one per GPU in use, in cuda_devices order
+        self._gpu_names: list[str] = []
+        self._compute_capability: list[int] | None = None
+        self._workers_seen = 0
+        self._next_cpu_read = 0.0
+
+    def start(self) -> None:
+        """Open NVML and psutil (once, here) and start the thread. A start() after stop() starts a new run."""
+        if self.is_running():
+            raise RuntimeError("UtilSampler.start(): already running; call stop() first")
+        self._close()
+        self._reset()
+        self._open()
+        self._stop_event = threading.Event()
+        thread = threading.Thread(
+            target=self._loop, args=(self._stop_event,), name="lightning_perf-util-sampler", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError as err:  # out of threads: go without figures rather than fail the training
+            log.warning("lightning-perf: utilization sampler not started: %s", err)
+            self._close()
+            return
+        self._thread = thread
+
+    def stop(self) -> None:
+        """Stop sampling, join the thread and release NVML; idempotent. The figures stay readable."""
+        thread, self._thread = self._thread, None
+        self._stop_event.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_JOIN_TIMEOUT_S)
+            if thread.is_alive():  # stuck in an NVML call: leave NVML to it (a daemon thread ends with us)
+                log.warning(
+                    "lightning-perf: utilization sampler still busy after %.0f s", STOP_JOIN_TIMEOUT_S
+                )
+                return
+        if thread is not None and self._opened:  # a last CPU read: the run's averages cover its very end
+            cpu, workers = self._read_cpu(force=True)
+            if cpu:
+                self._add(cpu, workers=workers)
+        self._close()
+
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self, stop_event: threading.Event) -> None:
+        # without a GPU to sample, the thread only wakes for the (rarer) CPU reads
+        wait_s = self.interval_s if self._gpu is not None else max(self.interval_s, self.cpu_interval_s)
+        while not stop_event.wait(wait_s):
+            try:
+                self.sample_once()
+            except Exception:  # a bug here must not reach training: stop sampling, say so once
+                log.warning("lightning-perf: utilization sampler stopped by an error", exc_info=True)
+                return
+
+    def _open(self) -> None:
+        self._opened = True
+        self.gpu_unavailable_reason = "no GPU in use" if not self.cuda_devices else None
+        if self.cuda_devices:
+            try:
+                nvml = self._nvml
+                if nvml is None:
+                    try:
+                        import pynvml as nvml
+                    except ImportError as err:
+                        raise GpuUnavailable("nvidia-ml-py (pynvml) not installed") from err
+                self._gpu = NvmlBackend.open(nvml, self.cuda_devices, self._uuid_lookup, self._pci_lookup)
+                self.nvml_indices, self._gpu_names = self._gpu.indices, self._gpu.names
+                self._compute_capability = self._gpu.compute_capability
+                self._device_stats = [_Stats() for _ in self.cuda_devices]
+            except Exception as err:  # GpuUnavailable, or anything unexpected from the NVML module
+                self.gpu_unavailable_reason = (
+                    str(err) if isinstance(err, GpuUnavailable) else f"NVML error: {err}"
+                )
+        if self.gpu_unavailable_reason is not None:
+            log.info("lightning-perf: GPU utilization not measured: %s", self.gpu_unavailable_reason)
+        try:
+            psutil = self._psutil
+            if psutil is None:
+                import psutil
+            self._cpu = PsutilBackend(psutil, self._pid or os.getpid(), self._exclude_pids)
+        except Exception as err:
+            log.info("lightning-perf: CPU utilization not measured: %s", err)
+
+    def _close(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()
+        self._gpu = self._cpu = None
+        self._opened = False
+
+    def sample_once(self) -> None:
+        """Take one sample now. The thread calls this every ``interval_s``; tests may call it directly,
+        without start() (stop() then releases NVML)."""
+        if not self._opened:
+            self._open()
+        rows: list[dict[str, float]] = []
+        if self._gpu is not None:
+            try:
+                rows = self._gpu.read()
+            except Exception as err:
+                unavailable = isinstance(err, GpuUnavailable)
+                self.gpu_unavailable_reason = str(err) if unavailable else f"NVML error during the run: {err}"
+                log.warning("lightning-perf: GPU sampling stopped (%s); GPU figures end here", err)
+                self._gpu.close()
+                self._gpu = None
+        sample: dict[str, float] = {}
+        for key in GPU_KEYS:  # several GPUs: the mean of those that report the metric
+            values = [row[key] for row in rows if key in row]
+            if values:
+                sample[key] = sum(values) / len(values)
+        cpu, workers = self._read_cpu(force=False)
+        sample.update(cpu)
+        self._add(sample, rows, workers)
+
+    def _read_cpu(self, force: bool) -> tuple[dict[str, float], int | None]:
+        """The CPU figures since the last read, when due (or ``force``); ({}, None) otherwise."""
+        with self._cpu_lock:  # the sampler thread and take_window/stop on the training thread both read
+            if self._cpu is None or not (force or time.monotonic() >= self._next_cpu_read):
+                return {}, None
+            self._next_cpu_read = time.monotonic() + self.cpu_interval_s
+            try:
+                return self._cpu.read()
+            except Exception as err:
+                log.warning("lightning-perf: CPU sampling stopped: %s", err)
+                self._cpu = None
+                return {}, None
+
+    def _add(
+        self, sample: dict[str, float], rows: list[dict[str, float]] = (), workers: int | None = None
+    ) -> None:
+        with self._lock:
+            self._window.add(sample)
+            self._run.add(sample)
+            for stats, row in zip(self._device_stats, rows, strict=False):
+                stats.add(row)
+            if workers is not None:
+                self._workers_seen = max(self._workers_seen, workers)
+
+    def take_window(self) -> dict[str, float]:
+        """Averages since the previous call (only metrics that have samples), and start a new window.
+
+        The CPU is read here too, so every window has its CPU figures whatever the CPU cadence."""
+        if self._opened:
+            cpu, workers = self._read_cpu(force=True)
+            if cpu:
+                self._add(cpu, workers=workers)
+        with self._lock:
+            window, self._window = self._window, _Stats()
+        return window.means()
+
+    def summary(self) -> UtilizationSummary:
+        """Run averages since start(); ``gpu`` is None when no GPU figure was measured."""
+        with self._lock:
+            run = self._run.means()
+            peaks = [s.peaks[GPU_MEM_USED] for s in self._device_stats if GPU_MEM_USED in s.peaks]
+            workers_seen = self._workers_seen
+        gpu = None
+        if any(key in run for key in GPU_KEYS):
+            name = ", ".join(dict.fromkeys(self._gpu_names))
+            # peak memory: of the fullest GPU, the one that runs out first
+            gpu = _gpu_figures(run, max(peaks, default=None), name, self._compute_capability)
+        cpu = CpuUtilization(
+            process_cpu_pct=run.get(CPU_UTIL),
+            workers_cpu_pct=run.get(WORKERS_CPU),
+            system_cpu_pct=run.get(SYSTEM_CPU),
+            process_rss_gb=run.get(PROCESS_RSS),
+            workers_rss_gb=run.get(WORKERS_RSS),
+            num_workers_seen=workers_seen if CPU_UTIL in run else None,
+            cpu_count=usable_cpu_count(),
+        )
+        return UtilizationSummary(gpu=gpu, gpu_unavailable_reason=self.gpu_unavailable_reason, cpu=cpu)
+
+    def device_summaries(self) -> list[GpuUtilization]:
+        """Run averages per GPU in use, in ``cuda_devices`` order ([] when no GPU was measured)."""
+        with self._lock:
+            stats = [(s.means(), s.peaks.get(GPU_MEM_USED)) for s in self._device_stats]
+        return [
+            _gpu_figures(means, peak, name, self._compute_capability)
+            for (means, peak), name in zip(stats, self._gpu_names, strict=False)
+            if means
+        ]

@@ -1,0 +1,61 @@
+"""The diagnosis at the end of a real fit: verdict, measured num_workers, where it is written."""
+
+import logging
+import os
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from lightning_perf import PerfCallback
+from lightning_perf.analysis.summary import RunSummary
+from tests.helpers import TinyModel, loader, trainer
+
+
+def fit(tmp_path, data, model=None, batches=24, **callback_kwargs):
+    callback = PerfCallback(skip_first=2, wait=1, warmup=1, active=2, probe_budget_s=3.0, **callback_kwargs)
+    L_trainer = trainer(tmp_path, [callback], limit_train_batches=batches)
+    L_trainer.fit(model or TinyModel(), data)
+    return callback.last_summary, L_trainer.logger.log_dir
+
+
+def diagnosis_text(log_dir):
+    events = EventAccumulator(log_dir, size_guidance={"tensors": 0})
+    events.Reload()
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("perf/diagnosis")]
+    return events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
+
+
+def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        summary, log_dir = fit(tmp_path, loader(n=96, batch_size=4, delay_s=0.004))
+    (finding,) = [f for f in summary.findings if f.id == "input_bound"]
+    assert "highly input-bound" in finding.title + finding.evidence
+    assert finding.settings_change["num_workers"] > 0
+    probe = summary.probes["num_workers"]
+    assert probe["suggested"] == finding.settings_change["num_workers"]
+    assert [c["num_workers"] for c in probe["candidates"]][0] == 0
+    # on disk, in TensorBoard's Text tab, and on the console
+    saved = RunSummary.load(os.path.join(log_dir, "perf_summary.json"))
+    assert [f.id for f in saved.findings] == [f.id for f in summary.findings]
+    assert "highly input-bound" in diagnosis_text(log_dir)
+    assert "highly input-bound" in caplog.text
+    # CPU training: the cudnn.benchmark A/B says it does not apply instead of inventing numbers
+    assert summary.probes["cudnn_benchmark"]["applies"] is False
+    assert "cpu" in summary.probes["cudnn_benchmark"]["reason"]
+
+
+def test_instant_loader_is_not_input_bound_and_is_not_probed(tmp_path):
+    # 10 ms steps over 48 batches: a descheduled fetch on this shared machine cannot reach the 5% line
+    summary, log_dir = fit(
+        tmp_path, loader(n=192, batch_size=4), model=TinyModel(step_delay_s=0.01), batches=48
+    )
+    (finding,) = [f for f in summary.findings if f.id == "input_bound"]
+    assert "not input-bound" in finding.title + finding.evidence
+    assert finding.settings_change == {}
+    assert "num_workers" not in summary.probes
+    assert "not input-bound" in diagnosis_text(log_dir)
+
+
+def test_diagnosis_can_be_switched_off(tmp_path):
+    summary, log_dir = fit(tmp_path, loader(n=96, delay_s=0.002), diagnose=False)
+    assert summary.findings == [] and summary.probes == {}
+    assert os.path.exists(os.path.join(log_dir, "perf_summary.json"))

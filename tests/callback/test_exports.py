@@ -1,0 +1,96 @@
+"""What PerfCallback writes beside each trace in a real fit: flame-graph stacks, Speedscope, memory timeline,
+and the cap on trace bytes."""
+
+import glob
+import json
+import os
+import re
+
+import pytest
+
+from lightning_perf import PerfCallback
+from lightning_perf.cli import main as cli_main
+from tests.helpers import TinyModel, loader, trace_files, trainer
+from tests.traces.test_exports import assert_valid_speedscope
+
+STACK_LINE = re.compile(r"^[^;\n]+(;[^;\n]+)* \d+$")
+
+
+def test_stacks_speedscope_and_memory_timeline_beside_the_trace(tmp_path):
+    callback = PerfCallback(
+        skip_first=1,
+        wait=0,
+        warmup=1,
+        active=2,
+        with_stack=True,
+        record_shapes=True,
+        profile_memory=True,
+        export_speedscope=True,
+        utilization=False,
+        diagnose=False,
+    )
+    L_trainer = trainer(tmp_path, [callback], limit_train_batches=6)
+    L_trainer.fit(TinyModel(), loader())
+    log_dir = L_trainer.logger.log_dir
+    (trace,) = trace_files(log_dir)
+    base = trace[: -len(".pt.trace.json.gz")]
+    with open(base + ".cpu.stacks.txt") as fh:
+        lines = fh.read().splitlines()
+    assert lines and all(STACK_LINE.match(line) for line in lines)
+    assert any("training_step" in line or "aten::" in line for line in lines)
+    with open(base + ".speedscope.json") as fh:
+        assert assert_valid_speedscope(json.load(fh)) > 0
+    assert os.path.getsize(base + ".memory.html") > 0
+    # and the run's report reads the same trace
+    assert cli_main(["report", log_dir, "--format", "json"]) == 0
+
+
+def test_no_exports_unless_asked(tmp_path):
+    callback = PerfCallback(skip_first=1, wait=0, warmup=1, active=2, utilization=False, diagnose=False)
+    L_trainer = trainer(tmp_path, [callback], limit_train_batches=6)
+    L_trainer.fit(TinyModel(), loader())
+    assert glob.glob(os.path.join(L_trainer.logger.log_dir, "*.stacks.txt")) == []
+    assert glob.glob(os.path.join(L_trainer.logger.log_dir, "*.speedscope.json")) == []
+
+
+def test_a_tiny_trace_cap_skips_later_cycles_with_one_warning(tmp_path):
+    callback = PerfCallback(
+        skip_first=0,
+        wait=1,
+        warmup=1,
+        active=1,
+        repeat=4,
+        max_trace_mb=0.001,
+        utilization=False,
+        diagnose=False,
+    )
+    L_trainer = trainer(tmp_path, [callback], limit_train_batches=14)
+    with pytest.warns(UserWarning, match="max_trace_mb") as caught:
+        L_trainer.fit(TinyModel(), loader())
+    assert len([w for w in caught if "max_trace_mb" in str(w.message)]) == 1
+    assert len(trace_files(tmp_path)) == 1  # the first cycle is written, the three after it are skipped
+    assert len(callback.last_summary.traces) == 1
+    assert L_trainer.state.finished
+
+
+def test_compare_real_runs_before_and_after_workers(tmp_path, capsys):
+    """num_workers 0 vs 2 over a DataLoader that sleeps 3 ms per sample: compare shows the drop and the gate."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    for workers in (0, 2):
+        logger = TensorBoardLogger(str(tmp_path), name="exp", version=f"workers{workers}")
+        callback = PerfCallback(enable_profiler=False, utilization=False, diagnose=False)
+        trainer(tmp_path, [callback], logger=logger, limit_train_batches=30).fit(
+            TinyModel(), loader(n=120, delay_s=0.003, num_workers=workers)
+        )
+    before, after = str(tmp_path / "exp" / "workers0"), str(tmp_path / "exp" / "workers2")
+    assert cli_main(["compare", before, after, "--format", "json", "--no-tensorboard"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    metrics = {m["key"]: m for m in result["metrics"]}
+    wait_before, wait_after = metrics["data_wait_pct"]["values"]
+    assert wait_after < wait_before
+    step_before, step_after = metrics["step_time_median_ms"]["values"]
+    assert step_after < step_before  # 12 ms of sleeping per batch, shared by two workers
+    # the regression gate: with the faster run as the baseline, the slower one fails it
+    assert cli_main(["compare", after, before, "--fail-if-slower", "5", "--no-tensorboard"]) == 1
+    assert cli_main(["compare", before, after, "--fail-if-slower", "5", "--no-tensorboard"]) == 0
