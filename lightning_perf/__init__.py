@@ -2,21 +2,64 @@
 
 ``Trainer(callbacks=[PerfCallback()])`` profiles training on a schedule, measures DataLoader wait,
 step time, throughput and utilization, diagnoses the bottleneck and logs it all to TensorBoard.
+
+The public names are loaded lazily, so ``import lightning_perf`` (and the ``compare`` command) does not
+import torch or Lightning.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-__all__ = ["PerfCallback", "RunSummary", "__version__"]
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.2.0"
+
+# public name -> the module that defines it
+_PUBLIC = {
+    "PerfCallback": "lightning_perf.callback",
+    "RunSummary": "lightning_perf.analysis.summary",
+    "Finding": "lightning_perf.analysis.summary",
+    "diagnose": "lightning_perf.analysis.diagnosis",
+    "compare": "lightning_perf.analysis.comparison",
+    "Comparison": "lightning_perf.analysis.comparison",
+    "run_trial": "lightning_perf.trial.api",
+    "Variant": "lightning_perf.trial.spec",
+    "TrialResult": "lightning_perf.trial.spec",
+    "LightningPerfError": "lightning_perf.errors",
+}
+
+__all__ = [
+    "Comparison",
+    "Finding",
+    "LightningPerfError",
+    "PerfCallback",
+    "RunSummary",
+    "TrialResult",
+    "Variant",
+    "__version__",
+    "compare",
+    "diagnose",
+    "run_trial",
+]
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ imports on first use
+    from lightning_perf.analysis.comparison import Comparison, compare
+    from lightning_perf.analysis.diagnosis import diagnose
+    from lightning_perf.analysis.summary import Finding, RunSummary
+    from lightning_perf.callback import PerfCallback
+    from lightning_perf.errors import LightningPerfError
+    from lightning_perf.trial.api import run_trial
+    from lightning_perf.trial.spec import TrialResult, Variant
 
 
 def __getattr__(name: str):
-    # Lazy: `lightning-perf compare` and the pure modules must not pay for importing Lightning.
-    if name == "PerfCallback":
-        from lightning_perf.callback import PerfCallback
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lightning_perf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
 
-        return PerfCallback
-    if name == "RunSummary":
-        from lightning_perf.analysis.summary import RunSummary
 
-        return RunSummary
-    raise AttributeError(f"module 'lightning_perf' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
 import os
 import socket
 import sys
@@ -18,14 +18,13 @@ from typing_extensions import override
 
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
-from lightning_perf.collect.profiler_window import ProfilerWindow, validate_activities
-from lightning_perf.collect.rank_exchange import WINDOW, RankReducer, rank_table, reduce_window
-from lightning_perf.collect.run_state import PerfSession, first_tensor
-from lightning_perf.collect.schedule import ProfileSchedule
+from lightning_perf.collect.config import PerfConfig
+from lightning_perf.collect.rank_exchange import RankReducer
+from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
 from lightning_perf.collect.settings_fingerprint import model_has_conv
-from lightning_perf.collect.step_clock import EPOCH_START_MS, STEP_TIME_MS, StepClock
 from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers as tensorboard
+from lightning_perf.output import windows
 
 KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
 
@@ -43,6 +42,7 @@ _RUNTIME_ATTRS = (
     "_ab_input",
     "_keep_ab_input",
 )
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(PerfConfig)}
 _EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
 
 
@@ -54,15 +54,9 @@ class PerfCallback(Callback):
     per recorded cycle to the run's log dir (torch-tb-profiler's layout), and measures every training batch.
 
     Logged every ``log_every_n_steps`` batches (windows of very fast steps are stretched to whole multiples of
-    it lasting at least ``log_min_interval_s``) through the Trainer's loggers, at ``trainer.global_step``:
-
-    - ``perf/step_time_ms``: mean wall time of a training step (batch start to next batch start, validation,
-      checkpointing and epoch boundaries left out)
-    - ``perf/data_wait_ms``, ``perf/data_wait_pct``: time blocked fetching the batch, and its share of the step
-    - ``perf/compute_ms``: step time minus data wait
-    - ``perf/samples_per_sec``, ``perf/batches_per_sec``: throughput
-    - ``perf/epoch_start_ms``: first fetch of the latest epoch (iterator and worker start-up)
-    - ``perf/gpu_*``, ``perf/cpu_util_pct``, ``perf/dataloader_workers_cpu_pct``, ...: utilization
+    it lasting at least ``log_min_interval_s``) through the Trainer's loggers, at ``trainer.global_step``: step
+    time, DataLoader wait, compute, throughput and utilization as ``perf/*`` metrics (the README's metric table
+    lists each with its unit and meaning).
 
     At the end of ``fit`` the run summary is written to ``perf_summary.json`` in the log dir, with the
     diagnosis (also in TensorBoard's Text tab as ``perf/diagnosis``, and on the console).
@@ -134,47 +128,7 @@ class PerfCallback(Callback):
         log_hparams: bool = True,
     ) -> None:
         super().__init__()
-        self.schedule = ProfileSchedule(
-            skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat
-        )
-        self.activities = validate_activities(activities)
-        _check_positive("max_trace_mb", max_trace_mb)
-        _check_positive("util_interval_s", util_interval_s)
-        _check_positive("probe_budget_s", probe_budget_s)
-        _check_optional_count("batch_size", batch_size)
-        _check_optional_count("log_every_n_steps", log_every_n_steps)
-        if (
-            isinstance(log_min_interval_s, bool)
-            or not isinstance(log_min_interval_s, (int, float))
-            or not (log_min_interval_s >= 0)
-        ):
-            raise ValueError(f"`log_min_interval_s` must be a number >= 0, got {log_min_interval_s!r}")
-        if probe_num_workers not in ("auto", "always", "never"):
-            raise ValueError(
-                f"`probe_num_workers` must be one of 'auto', 'always', 'never', got {probe_num_workers!r}"
-            )
-        if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
-            raise ValueError(f"`dirpath` must be a path or None, got {dirpath!r}")
-        self.record_shapes = record_shapes
-        self.profile_memory = profile_memory
-        self.with_stack = with_stack
-        self.with_flops = with_flops
-        self.dirpath = os.fspath(dirpath) if dirpath is not None else None
-        self.max_trace_mb = float(max_trace_mb)
-        self.export_stacks = export_stacks
-        self.export_speedscope = export_speedscope
-        self.export_memory_timeline = export_memory_timeline
-        self.enable_profiler = enable_profiler
-        self.batch_size = batch_size
-        self.log_every_n_steps = log_every_n_steps
-        self.log_min_interval_s = float(log_min_interval_s)
-        self.utilization = utilization
-        self.util_interval_s = float(util_interval_s)
-        self.diagnose = diagnose
-        self.probe_num_workers = probe_num_workers
-        self.probe_budget_s = float(probe_budget_s)
-        self.ab_cudnn_benchmark = ab_cudnn_benchmark
-        self.log_hparams = log_hparams
+        self.config = PerfConfig(**{k: v for k, v in locals().items() if k in _CONFIG_FIELDS})
         self._reset_runtime()
         #: the summary of the last finished run (fit, or validate/test/predict)
         self.last_summary: RunSummary | None = None
@@ -208,7 +162,7 @@ class PerfCallback(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         from lightning.pytorch.profilers import PyTorchProfiler
 
-        if isinstance(trainer.profiler, PyTorchProfiler) and self.enable_profiler:
+        if isinstance(trainer.profiler, PyTorchProfiler) and self.config.enable_profiler:
             raise ValueError(
                 "`Trainer(profiler=...)` is a PyTorchProfiler and PerfCallback drives torch.profiler itself: "
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
@@ -217,57 +171,28 @@ class PerfCallback(Callback):
         _ensure_log_handler()
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
         self._trace_dir = self._resolve_dir(trainer)
-        self._log_every = self.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 50))
+        self._log_every = self.config.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 50))
         self._window_batches = self._log_every
         if stage == "fit":
             self._reducer = RankReducer()
             self._reducer.gather_hosts(socket.gethostname())
-            if self.log_hparams:
+            if self.config.log_hparams:
                 # before Lightning writes its hp_metric placeholder, which would hide ours (see tensorboard.py)
                 self._hp_placeholder = tensorboard.disable_default_hp_metric(trainer)
 
     def _resolve_dir(self, trainer: Trainer) -> str:
-        if self.dirpath is not None:
-            return self.dirpath
+        if self.config.dirpath is not None:
+            return self.config.dirpath
         tb_logger = tensorboard.tensorboard_logger(trainer)
         if tb_logger is not None and tb_logger is not trainer.loggers[0]:
             return trainer.strategy.broadcast(tb_logger.log_dir)
         return trainer.log_dir or trainer.default_root_dir
 
     def _new_session(self, trainer: Trainer, stage: str, fetcher: Any) -> PerfSession:
-        measure_wait = fetcher is not None and not fetcher_hooks.fetches_inside_step(fetcher)
-        if fetcher is not None and not measure_wait:
-            rank_zero_info(
-                "lightning-perf: training_step fetches its own batches (dataloader_iter); DataLoader wait "
-                "cannot be measured at the fetch and is not reported."
-            )
-        session = PerfSession(stage, StepClock(measure_data_wait=measure_wait), None, self.batch_size)
-        if self.enable_profiler:
-            activities = self.activities or _default_activities(trainer)
-            session.window = ProfilerWindow(
-                self.schedule,
-                activities,
-                self._trace_dir or trainer.default_root_dir,
-                global_rank=trainer.global_rank,
-                world_size=trainer.world_size,
-                backend=_backend(),
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                with_stack=self.with_stack,
-                with_flops=self.with_flops,
-                max_trace_bytes=int(self.max_trace_mb * 1e6),
-                export_stacks=self.export_stacks,
-                export_speedscope=self.export_speedscope,
-                export_memory_timeline=self.export_memory_timeline,
-                on_trace=(lambda trace, prof: self._trace_written(trainer, session, trace))
-                if "cuda" in activities
-                else None,
-            )
-        if not fetcher_hooks.instrument(fetcher, session):
-            rank_zero_info(
-                "lightning-perf: could not attach to this loop's data fetcher; nothing is measured"
-            )
-        return session
+        def on_trace(session: PerfSession, trace: TraceFile) -> None:
+            self._trace_written(trainer, session, trace)
+
+        return open_session(trainer, stage, fetcher, self.config, self._trace_dir, on_trace)
 
     def _trace_written(self, trainer: Trainer, session: PerfSession, trace: TraceFile) -> None:
         """A cycle with CUDA activity was saved: its kernel-busy share, as torch-tb-profiler computes it."""
@@ -299,9 +224,9 @@ class PerfCallback(Callback):
         # one real batch is kept for the cudnn.benchmark A/B, only where that A/B applies
         self._ab_input = None
         self._keep_ab_input = (
-            self.ab_cudnn_benchmark and device.type == "cuda" and bool(model_has_conv(pl_module))
+            self.config.ab_cudnn_benchmark and device.type == "cuda" and bool(model_has_conv(pl_module))
         )
-        if self.utilization:
+        if self.config.utilization:
             self._start_sampler(trainer)
 
     @override
@@ -353,32 +278,9 @@ class PerfCallback(Callback):
             session.window.end_step_span()
 
     def _flush_window(self, trainer: Trainer, session: PerfSession, collective: bool) -> None:
-        metrics = session.clock.take_window()
-        if self._sampler is not None:
-            metrics.update(self._sampler.take_window())
-        reducer = self._reducer
-        if collective and reducer is not None and reducer.distributed:
-            per_rank = reducer.gather(WINDOW, metrics)  # on every rank, before any rank-zero check
-            if per_rank is not None:
-                metrics.update(reduce_window(per_rank))
-        self._window_batches = self._stretched_window(metrics.get(STEP_TIME_MS))
-        epoch_start = session.clock.last_epoch_start_ms
-        if epoch_start is not None:
-            metrics[EPOCH_START_MS] = epoch_start
-            session.clock.last_epoch_start_ms = None
-        tensorboard.log_metrics(trainer, metrics, trainer.global_step)
-
-    def _stretched_window(self, step_time_ms: float | None) -> int:
-        """Batches in the next window: a multiple of log_every_n_steps lasting >= log_min_interval_s.
-
-        Logging costs the training thread (TensorBoard's writer takes ~0.1 ms a scalar), so sub-millisecond steps
-        would otherwise pay several percent. Under DDP ``step_time_ms`` is the gathered mean, the same number on
-        every rank, so all ranks keep the same windows and meet in the same gathers.
-        """
-        if not step_time_ms or self.log_min_interval_s <= 0:
-            return self._log_every
-        window_s = self._log_every * step_time_ms / 1e3
-        return self._log_every * max(1, math.ceil(self.log_min_interval_s / window_s))
+        sampled = self._sampler.take_window() if self._sampler is not None else {}
+        reducer = self._reducer if collective else None
+        self._window_batches = windows.flush(trainer, session, sampled, reducer, self._log_every, self.config)
 
     def _start_sampler(self, trainer: Trainer) -> None:
         try:
@@ -389,7 +291,7 @@ class PerfCallback(Callback):
             # under strategy="ddp" rank 0 launched the other local ranks: they are not DataLoader workers
             launcher = getattr(trainer.strategy, "launcher", None)
             other_ranks = [proc.pid for proc in getattr(launcher, "procs", None) or []]
-            self._sampler = UtilSampler(self.util_interval_s, cuda_devices, exclude_pids=other_ranks)
+            self._sampler = UtilSampler(self.config.util_interval_s, cuda_devices, exclude_pids=other_ranks)
             self._sampler.start()
         except Exception as err:
             warnings.warn(f"lightning-perf: utilization sampling is off: {err}", stacklevel=2)
@@ -490,66 +392,29 @@ class PerfCallback(Callback):
         sampler = self._stop_sampler() if fit else None
         # collectives only when every rank gets here the same way: a rank that raised calls none
         collective = fit and status == "finished"
-        try:
-            if fit and session.clock.window_steps:
+        if fit and session.clock.window_steps:
+            try:
                 self._flush_window(trainer, session, collective)
-            summary = run_end.build_summary(
-                trainer,
-                session,
-                status=status,
-                wall_s=ended - self._fit_started,
-                started_at=self._started_at,
-                log_dir=self._trace_dir,
-                sampler=sampler,
-            )
-            if collective and self._reducer is not None and self._reducer.distributed:
-                summary.ranks = rank_table(self._reducer, summary)
-            if fit and trainer.is_global_zero and self.diagnose:
-                run_end.analyse(
-                    trainer,
-                    summary,
-                    status=status,
-                    ab_input=self._ab_input,
-                    ab_cudnn_benchmark=self.ab_cudnn_benchmark,
-                    probe_num_workers=self.probe_num_workers,
-                    probe_budget_s=self.probe_budget_s,
-                )
-            self._ab_input = None
+            except Exception as err:
+                warnings.warn(f"lightning-perf: could not log the last window: {err}", stacklevel=2)
+        summary = run_end.complete(
+            trainer,
+            session,
+            self.config,
+            status=status,
+            wall_s=ended - self._fit_started,
+            started_at=self._started_at,
+            log_dir=self._trace_dir,
+            sampler=sampler,
+            reducer=self._reducer if collective else None,
+            ab_input=self._ab_input,
+            hp_placeholder=self._hp_placeholder,
+        )
+        self._ab_input = None
+        if summary is not None:
             self.last_summary = summary
-            if trainer.is_global_zero:
-                run_end.write(
-                    trainer,
-                    summary,
-                    log_dir=self._trace_dir,
-                    log_hparams=self.log_hparams,
-                    hp_placeholder=self._hp_placeholder,
-                )
-        except Exception as err:
-            warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
-        if status == "finished" and (message := run_end.short_run_message(self.schedule, session)):
+        if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
             rank_zero_info(message)
-
-
-def _check_positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a number > 0, got {value!r}")
-
-
-def _check_optional_count(name: str, value: int | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1 or None, got {value!r}")
-
-
-def _default_activities(trainer: Trainer) -> tuple[str, ...]:
-    return ("cpu", "cuda") if trainer.strategy.root_device.type == "cuda" else ("cpu",)
-
-
-def _backend() -> str | None:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return str(torch.distributed.get_backend())
-    return None
 
 
 def _ensure_log_handler() -> None:

@@ -12,6 +12,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from lightning_perf.traces.exports import SPEEDSCOPE_SCHEMA
+
 FEATURES = 8
 
 
@@ -208,3 +210,39 @@ def profile_tiny_loop(out_dir: str, *, cycles: int = 1, batches: int = 8, on_rea
             optimizer.step()
             prof.step()
     return paths
+
+
+DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def plugin_profile(path: str, tmp_path):
+    from torch_tb_profiler.profiler.data import RunProfileData
+
+    return RunProfileData.parse("worker", None, path, str(tmp_path))
+
+
+def assert_valid_speedscope(doc: dict) -> int:
+    """Check a Speedscope document against the file format; returns the number of opened events."""
+    assert doc["$schema"] == SPEEDSCOPE_SCHEMA
+    frames = doc["shared"]["frames"]
+    assert all(isinstance(f["name"], str) for f in frames)
+    assert doc["profiles"]
+    opened = 0
+    for profile in doc["profiles"]:
+        assert profile["type"] == "evented" and profile["unit"] == "microseconds"
+        assert isinstance(profile["name"], str)
+        stack: list[int] = []
+        last = profile["startValue"]
+        for event in profile["events"]:
+            assert event["type"] in ("O", "C")
+            assert 0 <= event["frame"] < len(frames)
+            assert event["at"] >= last, "times must not go back"
+            last = event["at"]
+            if event["type"] == "O":
+                stack.append(event["frame"])
+                opened += 1
+            else:
+                assert stack and stack.pop() == event["frame"], "close must match the innermost open frame"
+        assert not stack, "every opened frame is closed"
+        assert last <= profile["endValue"]
+    return opened

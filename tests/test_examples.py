@@ -168,7 +168,7 @@ def test_config_builds_with_plain_lightning_cli(tmp_path, monkeypatch):
     assert isinstance(cli.datamodule, CIFAR10DataModule)
     assert cli.datamodule.hparams.data == "synthetic"
     (perf,) = [c for c in cli.trainer.callbacks if isinstance(c, PerfCallback)]
-    schedule = perf.schedule
+    schedule = perf.config.schedule
     assert (schedule.skip_first, schedule.wait, schedule.warmup, schedule.active, schedule.repeat) == (
         1,
         1,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_perf.analysis.summary import RunSummary, Settings, TimingSummary, UtilizationSummary
+from lightning_perf.errors import LightningPerfError
 
 JSON_SCHEMA_NAME = "lightning-perf/comparison"
 JSON_SCHEMA_VERSION = 1
@@ -37,6 +38,10 @@ SPEED_UNITS = ("ms", "s", "samples/s")
 UNIT_DECIMALS = {"ms": 1, "s": 2, "%": 1, "samples/s": 1, "GB": 2}
 DEFAULT_DECIMALS = 2
 RATIO_DECIMALS = 2
+
+
+class CompareError(LightningPerfError):
+    """Bad input for a comparison; the message names the file or argument. Exit code 2, no traceback."""
 
 
 @dataclass
@@ -445,3 +450,17 @@ def from_json(data: dict[str, Any]) -> Comparison:
         slower_than_baseline=dict(data["slower_than_baseline"]),
         warnings=list(data["warnings"]),
     )
+
+
+def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
+    """Runs whose median step time is more than ``limit_pct`` percent above the baseline's: name -> percent.
+
+    Raises :class:`CompareError` when a run has no median step time: a gate must not pass what it could not
+    measure.
+    """
+    row = comparison.metric("step_time_median_ms")
+    assert row is not None
+    untimed = [name for name, value in zip(comparison.run_names, row.values, strict=True) if value is None]
+    if untimed:
+        raise CompareError(f"--fail-if-slower: no median step time for {', '.join(untimed)}; cannot judge")
+    return {name: pct for name, pct in comparison.slower_than_baseline.items() if pct > limit_pct}

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lightning_perf.analysis.diagnosis import VERDICTS, _fmt, _num
+from lightning_perf.analysis.numbers import finite as _num
+from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.summary import Finding, RunSummary
+from lightning_perf.analysis.thresholds import VERDICTS
 
 
 def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:

@@ -19,12 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.errors import LightningPerfError
+
 SUMMARY_FILENAME = "perf_summary.json"
 SCHEMA_NAME = "lightning-perf/run-summary"
 SCHEMA_VERSION = 1
 
 
-class SummaryError(ValueError):
+class SummaryError(LightningPerfError, ValueError):
     """A summary file is missing, truncated, corrupt or of an unknown schema. The message names the file."""
 
 

@@ -1,4 +1,4 @@
-"""The ``lightning-perf`` command line: one subcommand per module (each imports heavy libraries lazily).
+"""The ``lightning-perf`` command line: one module a command, each parsing arguments and calling the library.
 
 Each command module provides ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
 """
@@ -13,8 +13,8 @@ from lightning_perf import __version__
 
 COMMANDS = {
     "compare": "lightning_perf.cli.compare",
-    "trial": "lightning_perf.trial.api",
-    "report": "lightning_perf.traces.report",
+    "trial": "lightning_perf.cli.trial",
+    "report": "lightning_perf.cli.report",
 }
 
 

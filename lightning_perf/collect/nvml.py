@@ -18,6 +18,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from lightning_perf.errors import LightningPerfError
+
 log = logging.getLogger("lightning_perf")
 
 # Every GB figure (here and in utilization.py) is 1e9 bytes, as the metric docs say.
@@ -33,7 +35,7 @@ UuidLookup = Callable[[int], "str | None"]
 PciLookup = Callable[[int], "tuple[int, int, int] | None"]
 
 
-class GpuUnavailable(Exception):
+class GpuUnavailable(LightningPerfError):
     """NVML cannot measure the GPUs in use; the message is the reason the summary reports."""
 
 

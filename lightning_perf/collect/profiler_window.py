@@ -20,39 +20,21 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_perf.analysis.summary import TraceFile
-from lightning_perf.collect.schedule import ProfileSchedule
+
+if TYPE_CHECKING:
+    from lightning_perf.collect.config import PerfConfig
 
 log = logging.getLogger("lightning_perf")
 
-ACTIVITY_NAMES = ("cpu", "cuda")
 _ACTIVITIES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 TRACE_SUFFIX = ".pt.trace.json.gz"
-
-
-def validate_activities(activities: Sequence[str] | None) -> tuple[str, ...] | None:
-    """Check user-given activity names; ``None`` means "cpu, plus cuda when training on CUDA"."""
-    if activities is None:
-        return None
-    if isinstance(activities, str):
-        activities = [activities]
-    names = []
-    for name in activities:
-        key = str(name).lower()
-        if key not in _ACTIVITIES:
-            raise ValueError(f"`activities` entry {name!r} is not one of {list(ACTIVITY_NAMES)}")
-        if key == "cuda" and not torch.cuda.is_available():
-            raise ValueError("`activities` asks for 'cuda' but no CUDA device is available on this machine")
-        if key not in names:
-            names.append(key)
-    if not names:
-        raise ValueError(f"`activities` must name at least one of {list(ACTIVITY_NAMES)}, got an empty list")
-    return tuple(names)
 
 
 def worker_name(global_rank: int, host: str | None = None) -> str:
@@ -73,37 +55,24 @@ class ProfilerWindow:
 
     def __init__(
         self,
-        schedule: ProfileSchedule,
+        config: PerfConfig,
         activities: Sequence[str],
         trace_dir: str,
         *,
         global_rank: int = 0,
         world_size: int = 1,
         backend: str | None = None,
-        record_shapes: bool = False,
-        profile_memory: bool = False,
-        with_stack: bool = False,
-        with_flops: bool = False,
-        max_trace_bytes: int | None = None,
-        export_stacks: bool = True,
-        export_speedscope: bool = False,
-        export_memory_timeline: bool = True,
         on_trace: Callable[[TraceFile, object], None] | None = None,
     ) -> None:
+        schedule = config.schedule
+        self.config = config
         self.schedule = schedule
         self.activities = tuple(activities)
         self.trace_dir = trace_dir
         self.global_rank = global_rank
         self.world_size = world_size
         self.backend = backend
-        self.record_shapes = record_shapes
-        self.profile_memory = profile_memory
-        self.with_stack = with_stack
-        self.with_flops = with_flops
-        self.max_trace_bytes = max_trace_bytes
-        self.export_stacks = export_stacks
-        self.export_speedscope = export_speedscope
-        self.export_memory_timeline = export_memory_timeline
+        self.max_trace_bytes = config.max_trace_bytes
         self.on_trace = on_trace
         self.worker = worker_name(global_rank)
         self.traces: list[TraceFile] = []
@@ -173,10 +142,10 @@ class ProfilerWindow:
                 activities=[_ACTIVITIES[name] for name in self.activities],
                 schedule=self.schedule.action,
                 on_trace_ready=self._on_trace_ready,
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                with_stack=self.with_stack,
-                with_flops=self.with_flops,
+                record_shapes=self.config.record_shapes,
+                profile_memory=self.config.profile_memory,
+                with_stack=self.config.with_stack,
+                with_flops=self.config.with_flops,
                 experimental_config=self._experimental_config(),
             )
             _align_step(prof, step, self.schedule.action(step))
@@ -188,7 +157,7 @@ class ProfilerWindow:
         self._cycle_steps = [step] if self.schedule.action(step) in _RECORDING else []
 
     def _experimental_config(self) -> object | None:
-        if not (self.with_stack and self.export_stacks):
+        if not (self.config.with_stack and self.config.export_stacks):
             return None
         # export_stacks writes empty files without the verbose config (PyTorch issue 100253)
         from lightning_perf.traces.exports import stacks_experimental_config
@@ -291,13 +260,18 @@ class ProfilerWindow:
         from lightning_perf.traces import exports
 
         jobs: list[tuple[str, Callable[[], object]]] = []
-        if self.with_stack and self.export_stacks:
+        if self.config.with_stack and self.config.export_stacks:
             jobs.append(("collapsed stacks", lambda: exports.export_collapsed_stacks(prof, base)))
-        if self.export_speedscope:
+        if self.config.export_speedscope:
             jobs.append(
                 ("speedscope", lambda: exports.trace_to_speedscope(trace_path, base + ".speedscope.json"))
             )
-        if self.export_memory_timeline and self.profile_memory and self.record_shapes and self.with_stack:
+        if (
+            self.config.export_memory_timeline
+            and self.config.profile_memory
+            and self.config.record_shapes
+            and self.config.with_stack
+        ):
             device = "cuda:0" if "cuda" in self.activities else "cpu"
             jobs.append(
                 (

@@ -8,13 +8,21 @@ wait and batch size. It holds no Lightning objects, so the callback stays a thin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_perf.analysis.summary import TraceFile
+from lightning_perf.collect import fetch_timing
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.step_clock import StepClock
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
+
+    from lightning_perf.collect.config import PerfConfig
 
 # distinct input shapes remembered; beyond the full batch and a smaller last batch, shapes "vary"
 _MAX_SHAPES = 8
@@ -116,3 +124,48 @@ class PerfSession:
     def _note_shape(self, shape: torch.Size) -> None:
         if len(self.shapes) < _MAX_SHAPES:
             self.shapes.add(tuple(shape))
+
+
+def open_session(
+    trainer: Trainer,
+    stage: str,
+    fetcher: Any,
+    config: PerfConfig,
+    trace_dir: str | None,
+    on_trace: Callable[[PerfSession, TraceFile], None],
+) -> PerfSession:
+    """A new measuring session for ``stage``, attached to the loop's data fetcher.
+
+    ``on_trace`` is called for every saved cycle that recorded CUDA activity.
+    """
+    measure_wait = fetcher is not None and not fetch_timing.fetches_inside_step(fetcher)
+    if fetcher is not None and not measure_wait:
+        rank_zero_info(
+            "lightning-perf: training_step fetches its own batches (dataloader_iter); DataLoader wait "
+            "cannot be measured at the fetch and is not reported."
+        )
+    session = PerfSession(stage, StepClock(measure_data_wait=measure_wait), None, config.batch_size)
+    if config.enable_profiler:
+        activities = config.activities or _default_activities(trainer)
+        session.window = ProfilerWindow(
+            config,
+            activities,
+            trace_dir or trainer.default_root_dir,
+            global_rank=trainer.global_rank,
+            world_size=trainer.world_size,
+            backend=_backend(),
+            on_trace=(lambda trace, prof: on_trace(session, trace)) if "cuda" in activities else None,
+        )
+    if not fetch_timing.instrument(fetcher, session):
+        rank_zero_info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
+    return session
+
+
+def _default_activities(trainer: Trainer) -> tuple[str, ...]:
+    return ("cpu", "cuda") if trainer.strategy.root_device.type == "cuda" else ("cpu",)
+
+
+def _backend() -> str | None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return str(torch.distributed.get_backend())
+    return None

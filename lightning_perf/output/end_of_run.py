@@ -10,16 +10,23 @@ import dataclasses
 import datetime
 import os
 import statistics
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, GpuUtilization, RunSummary
+from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.schedule import ProfileSchedule
 from lightning_perf.collect.settings_fingerprint import collect_settings, train_dataloader
 from lightning_perf.output import loggers as tensorboard
 from lightning_perf.probes.cudnn_benchmark import cudnn_benchmark_ab
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
+
+    from lightning_perf.collect.config import PerfConfig
 
 # the verdicts for which probe_num_workers="auto" measures the DataLoader
 _PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
@@ -127,3 +134,60 @@ def short_run_message(schedule: ProfileSchedule, session: PerfSession) -> str | 
         f"lightning-perf: the {session.stage} run ended after {session.batches} batches, shorter than the "
         f"profiling schedule ({schedule.describe()}: {last_step + 1} batches); {outcome}"
     )
+
+
+def complete(
+    trainer: Trainer,
+    session: PerfSession,
+    config: PerfConfig,
+    *,
+    status: str,
+    wall_s: float,
+    started_at: str | None,
+    log_dir: str | None,
+    sampler: Any,
+    reducer: RankReducer | None,
+    ab_input: Any,
+    hp_placeholder: bool,
+) -> RunSummary | None:
+    """Summarise, diagnose and write one finished run. Never raises: the run's own outcome wins.
+
+    ``reducer`` is given only when every rank gets here the same way (a rank that raised calls no collective).
+    """
+    try:
+        summary = build_summary(
+            trainer,
+            session,
+            status=status,
+            wall_s=wall_s,
+            started_at=started_at,
+            log_dir=log_dir,
+            sampler=sampler,
+        )
+        if reducer is not None and reducer.distributed:
+            summary.ranks = rank_table(reducer, summary)
+        if session.stage == "fit" and trainer.is_global_zero and config.diagnose:
+            analyse(
+                trainer,
+                summary,
+                status=status,
+                ab_input=ab_input,
+                ab_cudnn_benchmark=config.ab_cudnn_benchmark,
+                probe_num_workers=config.probe_num_workers,
+                probe_budget_s=config.probe_budget_s,
+            )
+    except Exception as err:
+        warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
+        return None
+    if trainer.is_global_zero:
+        try:
+            write(
+                trainer,
+                summary,
+                log_dir=log_dir,
+                log_hparams=config.log_hparams,
+                hp_placeholder=hp_placeholder,
+            )
+        except Exception as err:
+            warnings.warn(f"lightning-perf: could not write the run summary: {err}", stacklevel=2)
+    return summary

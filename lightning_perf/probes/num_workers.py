@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_perf.analysis.diagnosis import WORKERS_MARGIN
+from lightning_perf.analysis.thresholds import WORKERS_MARGIN
 from lightning_perf.collect.utilization import usable_cpu_count
 
 # Delivery must beat the model's compute rate by this factor (shared with the diagnosis' estimate).

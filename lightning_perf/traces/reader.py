@@ -25,6 +25,8 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
+from lightning_perf.errors import LightningPerfError
+
 GZIP_MAGIC = b"\x1f\x8b"
 # Characters read at a time: the per-chunk cost vanishes, and the reader's memory stays a few MiB.
 READ_CHUNK_CHARS = 1 << 20
@@ -50,7 +52,7 @@ DATALOADER_CATEGORY = "cpu_op"
 DISTRIBUTED_INFO_KEY = "distributedInfo"
 
 
-class TraceError(ValueError):
+class TraceError(LightningPerfError, ValueError):
     """A trace file is truncated, corrupt or not a torch.profiler Chrome trace. The message names the file."""
 
 

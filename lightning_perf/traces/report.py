@@ -11,13 +11,12 @@ Exit codes: 0 ok; 2 for a missing RUN_DIR, a RUN_DIR with neither traces nor sum
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from typing import Any
 
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary
+from lightning_perf.errors import LightningPerfError
 from lightning_perf.traces.analysis import (
     CATEGORIES,
     CATEGORY_LABELS,
@@ -28,53 +27,18 @@ from lightning_perf.traces.analysis import (
     load_trace,
     step_breakdown,
 )
-from lightning_perf.traces.reader import TraceError
-
-HELP = "Report a run's profiler traces: step time breakdown, top operators, GPU kernel-busy share, findings."
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
-FORMATS = ("text", "markdown", "json")
 DEFAULT_TOP = 10
 REPORT_SCHEMA = "lightning-perf/report"
 REPORT_SCHEMA_VERSION = 1
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
 # Kernel names are C++ template instantiations of several hundred characters; tables show the start.
 NAME_WIDTH = 80
 _US_PER_MS = 1000.0
 
 
-class ReportError(Exception):
+class ReportError(LightningPerfError):
     """The report cannot be made; the message says why and names the path."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run's log dir (traces and perf_summary.json)")
-    parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
-    parser.add_argument(
-        "--top", type=_positive_int, default=DEFAULT_TOP, metavar="N", help="operators to list (default: 10)"
-    )
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--top must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--top must be a positive integer, got {value}")
-    return value
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        report = build_report(args.run_dir, top=args.top)
-    except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
-        print(f"lightning-perf report: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    renderers = {"text": render_text, "markdown": render_markdown, "json": render_json}
-    sys.stdout.write(renderers[args.format](report))
-    return EXIT_OK
 
 
 def find_traces(run_dir: str) -> list[str]:

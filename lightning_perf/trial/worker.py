@@ -29,7 +29,7 @@ from lightning_perf.callback import PerfCallback
 from lightning_perf.trial.runner import describe_error, protocol_line
 
 if TYPE_CHECKING:
-    from lightning_perf.trial.api import Variant
+    from lightning_perf.trial.spec import Variant
 
 Report = Callable[[int, int], None]
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from lightning_perf.analysis import diagnosis
-from lightning_perf.analysis.diagnosis import SEVERITY_ORDER, diagnose, input_bound_verdict
+from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
 from lightning_perf.analysis.findings_render import render_console, render_markdown
 from lightning_perf.analysis.summary import (
     CpuUtilization,
@@ -20,6 +20,7 @@ from lightning_perf.analysis.summary import (
     TimingSummary,
     UtilizationSummary,
 )
+from lightning_perf.analysis.thresholds import SEVERITY_ORDER
 
 
 def dist(median: float) -> Distribution:

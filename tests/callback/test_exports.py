@@ -10,8 +10,7 @@ import pytest
 
 from lightning_perf import PerfCallback
 from lightning_perf.cli import main as cli_main
-from tests.helpers import TinyModel, loader, trace_files, trainer
-from tests.traces.test_exports import assert_valid_speedscope
+from tests.helpers import TinyModel, assert_valid_speedscope, loader, trace_files, trainer
 
 STACK_LINE = re.compile(r"^[^;\n]+(;[^;\n]+)* \d+$")
 

@@ -64,14 +64,16 @@ def test_every_constructor_argument_is_settable_from_yaml(tmp_path):
     cli = run_cli(tmp_path, {**NON_DEFAULTS, "dirpath": str(tmp_path / "traces")})
     (callback,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, PerfCallback)]
     assert (
-        callback.schedule.active == 2 and callback.schedule.repeat == 2 and callback.schedule.skip_first == 1
+        callback.config.schedule.active == 2
+        and callback.config.schedule.repeat == 2
+        and callback.config.schedule.skip_first == 1
     )
-    assert callback.activities == ("cpu",)
+    assert callback.config.activities == ("cpu",)
     for name, value in NON_DEFAULTS.items():
         if name in ("skip_first", "wait", "warmup", "active", "repeat", "activities"):
             continue
-        assert getattr(callback, name) == value, name
-    assert callback.dirpath == str(tmp_path / "traces")
+        assert getattr(callback.config, name) == value, name
+    assert callback.config.dirpath == str(tmp_path / "traces")
     # two cycles of two recorded batches, written where the YAML said
     assert len(trace_files(tmp_path / "traces")) == 2
     assert callback.last_summary.timing.samples == 7 * callback.last_summary.timing.steps

@@ -181,8 +181,8 @@ def test_one_instance_behaves_the_same_for_two_fits_and_pickles(tmp_path):
         trainer(tmp_path / run, [callback], limit_train_batches=6).fit(TinyModel(), loader())
         assert len(trace_files(tmp_path / run)) == 1
         clone = pickle.loads(pickle.dumps(callback))
-        assert clone.schedule == callback.schedule
-        assert copy.deepcopy(callback).schedule == callback.schedule
+        assert clone.config == callback.config
+        assert copy.deepcopy(callback).config == callback.config
     assert len(callback.last_summary.traces) == 1
 
 

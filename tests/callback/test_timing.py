@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import RunSummary
+from lightning_perf.output.windows import stretched_window
 from tests.helpers import SleepyIterable, TinyModel, loader, trainer
 
 TIMING_ONLY = dict(enable_profiler=False, utilization=False, diagnose=False, log_min_interval_s=0)
@@ -174,13 +175,10 @@ def test_perf_summary_json_is_written_and_parses(tmp_path):
 
 
 def test_window_of_fast_steps_is_stretched_to_a_multiple_lasting_the_minimum_interval():
-    callback = PerfCallback(**{**TIMING_ONLY, "log_every_n_steps": 50, "log_min_interval_s": 1.0})
-    callback._log_every = 50
-    assert callback._stretched_window(0.4) == 50 * 50  # 50 x 0.4 ms = 20 ms: 50 windows make a second
-    assert callback._stretched_window(30.0) == 50  # 1.5 s already
-    assert callback._stretched_window(None) == 50
-    callback.log_min_interval_s = 0.0
-    assert callback._stretched_window(0.4) == 50
+    assert stretched_window(0.4, 50, 1.0) == 50 * 50  # 50 x 0.4 ms = 20 ms: 50 windows make a second
+    assert stretched_window(30.0, 50, 1.0) == 50  # 1.5 s already
+    assert stretched_window(None, 50, 1.0) == 50
+    assert stretched_window(0.4, 50, 0.0) == 50
 
 
 def test_fast_steps_are_logged_less_often_than_every_window(tmp_path):

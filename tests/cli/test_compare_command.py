@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from lightning_perf.analysis.run_discovery import find_runs, natural_key
 from lightning_perf.analysis.summary import (
     SUMMARY_FILENAME,
     CpuUtilization,
@@ -20,7 +21,6 @@ from lightning_perf.analysis.summary import (
     UtilizationSummary,
 )
 from lightning_perf.cli import main
-from lightning_perf.cli.compare import find_runs, natural_key
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CONSOLE_SCRIPT = Path(sys.executable).parent / "lightning-perf"

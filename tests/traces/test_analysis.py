@@ -6,8 +6,7 @@ import pytest
 
 from lightning_perf.traces import analysis as trace_analysis
 from lightning_perf.traces import reader as traces
-from tests.helpers import profile_tiny_loop
-from tests.traces.test_reader import DATALOADER, plugin_profile
+from tests.helpers import DATALOADER, plugin_profile, profile_tiny_loop
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 
 from lightning_perf.traces import exports
 from lightning_perf.traces.reader import TraceError, iter_events
-from tests.helpers import profile_tiny_loop
+from tests.helpers import assert_valid_speedscope, profile_tiny_loop
 
 COLLAPSED_LINE = re.compile(r"^[^;\n]+(;[^;\n]+)* \d+$")
 
@@ -172,33 +172,6 @@ def test_memory_timeline_never_raises_for_a_failing_profiler(tmp_path, caplog):
     assert "no kineto results" in caplog.text
     with pytest.raises(ValueError, match="out_path"):
         exports.export_memory_timeline(prof, tmp_path / "m.png", "cpu")
-
-
-def assert_valid_speedscope(doc: dict) -> int:
-    """Check a Speedscope document against the file format; returns the number of opened events."""
-    assert doc["$schema"] == exports.SPEEDSCOPE_SCHEMA
-    frames = doc["shared"]["frames"]
-    assert all(isinstance(f["name"], str) for f in frames)
-    assert doc["profiles"]
-    opened = 0
-    for profile in doc["profiles"]:
-        assert profile["type"] == "evented" and profile["unit"] == "microseconds"
-        assert isinstance(profile["name"], str)
-        stack: list[int] = []
-        last = profile["startValue"]
-        for event in profile["events"]:
-            assert event["type"] in ("O", "C")
-            assert 0 <= event["frame"] < len(frames)
-            assert event["at"] >= last, "times must not go back"
-            last = event["at"]
-            if event["type"] == "O":
-                stack.append(event["frame"])
-                opened += 1
-            else:
-                assert stack and stack.pop() == event["frame"], "close must match the innermost open frame"
-        assert not stack, "every opened frame is closed"
-        assert last <= profile["endValue"]
-    return opened
 
 
 def test_speedscope_of_a_real_trace(full_run, tmp_path):

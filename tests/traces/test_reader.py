@@ -15,9 +15,7 @@ import torch
 from lightning_perf.traces import analysis as trace_analysis
 from lightning_perf.traces import reader as traces
 from lightning_perf.traces.reader import TraceError
-from tests.helpers import profile_tiny_loop
-
-DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+from tests.helpers import DATALOADER, plugin_profile, profile_tiny_loop
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +126,6 @@ def test_missing_file_raises_trace_error(tmp_path):
 # --------------------------------------------------------------------------------------------------------
 # Rewrite
 # --------------------------------------------------------------------------------------------------------
-
-
-def plugin_profile(path: str, tmp_path):
-    from torch_tb_profiler.profiler.data import RunProfileData
-
-    return RunProfileData.parse("worker", None, path, str(tmp_path))
 
 
 def test_rewrite_makes_torch_tb_profiler_count_dataloader_time(real_trace, tmp_path):

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, TimingSummary
+from lightning_perf.cli import report as report_command
 from lightning_perf.traces import analysis as trace_analysis
 from lightning_perf.traces import report
 from tests.helpers import profile_tiny_loop
@@ -29,8 +30,8 @@ def run_dir(real_traces, tmp_path) -> str:
 
 def run_report(capsys, *argv: str) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser()
-    report.add_arguments(parser)
-    code = report.run(parser.parse_args(list(argv)))
+    report_command.add_arguments(parser)
+    code = report_command.run(parser.parse_args(list(argv)))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -20,9 +20,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from lightning_perf.analysis.comparison import from_json
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.cli import main
-from lightning_perf.cli.compare import TEXT_TAG
-from lightning_perf.trial.api import TrialError, Variant, parse_variant, run_trial
+from lightning_perf.output.comparison_chart import TEXT_TAG
+from lightning_perf.trial.api import run_trial
 from lightning_perf.trial.runner import PROTOCOL_PREFIX, run_worker
+from lightning_perf.trial.spec import TrialError, Variant, parse_variant
 from lightning_perf.trial.worker import TrialProgress
 from tests.helpers import TinyDataModule, TinyModel, loader
 

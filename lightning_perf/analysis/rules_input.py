@@ -1,0 +1,150 @@
+"""Diagnosis rules about the input pipeline: waiting for data, DataLoader settings, worker CPU.
+
+Each rule is ``(summary, verdict) -> Finding | None``: silent when its evidence is absent.
+"""
+
+from __future__ import annotations
+
+from lightning_perf.analysis.numbers import finite as _num
+from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rule_helpers import (
+    lightning_worker_bound,
+    medians,
+    on_cuda,
+    suggest_workers,
+    usable_cores,
+)
+from lightning_perf.analysis.summary import Finding, RunSummary
+from lightning_perf.analysis.thresholds import (
+    EPOCH_START_SHARE_PCT,
+    INPUT_BOUND_MODERATE_PCT,
+    VERDICTS,
+    WORKER_SATURATED_PCT,
+)
+
+
+def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
+    if verdict is None:
+        return None
+    timing = summary.timing
+    evidence = f"DataLoader wait is {_fmt(timing.data_wait_pct)}% of step time" + medians(summary)
+    if verdict == VERDICTS[2]:
+        return Finding(
+            id="input_bound",
+            severity="info",
+            title="Training is not input-bound",
+            evidence=evidence + f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line).",
+            recommendation="The DataLoader keeps up; look at compute, not the input pipeline.",
+        )
+    severity = "high" if verdict == VERDICTS[0] else "medium"
+    workers, why = suggest_workers(summary)
+    change = {} if workers is None else {"num_workers": workers}
+    if workers is not None:
+        recommendation = f"Set `num_workers={workers}` in the training DataLoader ({why})."
+    elif why:
+        recommendation = (
+            f"More workers will not help ({why}): make the per-sample work cheaper (decode, transforms, "
+            "storage) or give the job more CPU cores."
+        )
+    else:
+        recommendation = "Raise `num_workers` in the training DataLoader (current value and cores unknown)."
+    return Finding("input_bound", severity, f"Training is {verdict}", evidence + ".", recommendation, change)
+
+
+def pin_memory(summary: RunSummary, verdict: str | None) -> Finding | None:
+    settings = summary.settings
+    if not on_cuda(summary) or settings.pin_memory is not False:
+        return None
+    # pageable host memory makes the host-to-device copy synchronous and slower; worth most when input-bound
+    severity = "medium" if verdict in VERDICTS[:2] else "low"
+    return Finding(
+        id="pin_memory",
+        severity=severity,
+        title="pin_memory is off while training on CUDA",
+        evidence=f"DataLoader pin_memory=False with accelerator={settings.accelerator!r}"
+        + (f" and {verdict} (data wait {_fmt(summary.timing.data_wait_pct)}%)." if verdict else "."),
+        recommendation="Set `pin_memory=True` so batches are copied to the GPU from page-locked memory.",
+        settings_change={"pin_memory": True},
+    )
+
+
+def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | None:
+    timing, settings = summary.timing, summary.settings
+    if not settings.num_workers or settings.persistent_workers is not False:
+        return None
+    start, step = timing.epoch_start_ms, timing.step_time_ms
+    if start is None or step is None or timing.epochs <= 0 or timing.steps <= 0:
+        return None
+    # epoch time estimated as its steps at the median step time plus the start-up itself
+    epoch_ms = timing.steps / timing.epochs * step.median + start.median
+    share = 100.0 * start.median / epoch_ms if epoch_ms > 0 else None
+    if share is None or share < EPOCH_START_SHARE_PCT:
+        return None
+    return Finding(
+        id="persistent_workers",
+        severity="medium",
+        title="DataLoader workers restart every epoch",
+        evidence=f"Epoch start-up (first fetch) takes {_fmt(start.median)} ms, {_fmt(share)}% of an epoch "
+        f"(~{_fmt(epoch_ms)} ms: {_fmt(timing.steps / timing.epochs)} steps at median "
+        f"{_fmt(step.median)} ms), "
+        f"with {settings.num_workers} workers and persistent_workers=False.",
+        recommendation="Set `persistent_workers=True` so workers survive between epochs.",
+        settings_change={"persistent_workers": True},
+    )
+
+
+def prefetch_factor(summary: RunSummary, verdict: str | None) -> Finding | None:
+    workers = summary.settings.num_workers
+    if verdict not in VERDICTS[:2] or not workers:
+        return None
+    current = summary.settings.prefetch_factor
+    factor = current if current else 2  # torch's default when num_workers > 0
+    return Finding(
+        id="prefetch_factor",
+        severity="low",
+        title="Workers may not prefetch far enough ahead",
+        evidence=f"Still {verdict} (data wait {_fmt(summary.timing.data_wait_pct)}%) with {workers} workers "
+        f"and prefetch_factor={factor} ({workers * factor} batches in flight).",
+        recommendation=f"Raise `prefetch_factor` to {factor * 2} to absorb uneven batch loading times.",
+        settings_change={"prefetch_factor": factor * 2},
+    )
+
+
+def workers_exceed_cores(summary: RunSummary, verdict: str | None) -> Finding | None:
+    workers, cores = summary.settings.num_workers, usable_cores(summary)
+    if not workers or not cores:
+        return None
+    local_ranks = max(summary.settings.devices or 1, 1)
+    if workers * local_ranks <= cores:
+        return None
+    bound = lightning_worker_bound(cores, local_ranks)
+    per_host = f"{workers} workers x {local_ranks} processes" if local_ranks > 1 else f"{workers} workers"
+    return Finding(
+        id="workers_exceed_cores",
+        severity="medium",
+        title="More DataLoader workers than CPU cores",
+        evidence=f"{per_host} = {workers * local_ranks} worker processes on {cores} usable cores.",
+        recommendation=f"Set `num_workers={bound}`: extra workers only compete for the same cores.",
+        settings_change={"num_workers": bound},
+    )
+
+
+def workers_saturated(summary: RunSummary, verdict: str | None) -> Finding | None:
+    cpu = summary.utilization.cpu
+    busy = _num(cpu.workers_cpu_pct) if cpu else None
+    workers = (cpu.num_workers_seen if cpu else None) or summary.settings.num_workers
+    if busy is None or not workers:
+        return None
+    per_worker = busy / workers
+    if per_worker < WORKER_SATURATED_PCT:
+        return None
+    bound = verdict in VERDICTS[:2]
+    return Finding(
+        id="workers_saturated",
+        severity="medium" if bound else "low",
+        title="The input pipeline is CPU-bound" if bound else "DataLoader workers are busy all the time",
+        evidence=f"{workers} workers use {_fmt(busy)}% CPU together, {_fmt(per_worker)}% of a core each "
+        f"(line {_fmt(WORKER_SATURATED_PCT)}%)" + (f", and training is {verdict}." if verdict else "."),
+        recommendation="Make per-sample transforms cheaper (decode once, move augmentation to the GPU) "
+        "or run on more CPU cores.",
+    )

@@ -1,0 +1,56 @@
+"""What every command shares: exit codes, the ``--format`` and ``--fail-if-slower`` options, error lines."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from lightning_perf.analysis.comparison import Comparison, regressions
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a regression, a failed variant, some unreadable traces
+EXIT_ERROR = 2  # bad arguments or input
+EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
+FORMATS = ("text", "markdown", "json")
+
+
+def add_format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+
+
+def non_negative_percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a percentage >= 0, got {text!r}")
+    return value
+
+
+def add_fail_if_slower(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fail-if-slower",
+        metavar="PCT",
+        type=non_negative_percent,
+        help="exit with code 1 when a run's median step time is more than PCT percent above the baseline's",
+    )
+
+
+def error(prog: str, err: BaseException, code: int = EXIT_ERROR) -> int:
+    """One error line on stderr, no traceback; returns the exit code."""
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    return code
+
+
+def gate(comparison: Comparison, limit_pct: float, prog: str) -> int:
+    """The ``--fail-if-slower`` regression gate: exit code 1 when a run is over ``limit_pct`` slower."""
+    over = regressions(comparison, limit_pct)
+    for name, pct in over.items():
+        print(
+            f"{prog}: {name} is {pct:.1f}% slower than {comparison.baseline} "
+            f"(median step time), more than --fail-if-slower {limit_pct:g}%",
+            file=sys.stderr,
+        )
+    return EXIT_FAILED if over else EXIT_OK

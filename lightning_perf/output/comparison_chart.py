@@ -1,0 +1,98 @@
+"""The comparison as pictures: a PNG bar chart and its own TensorBoard run (text and image).
+
+matplotlib and torch's SummaryWriter are imported only when a chart or TensorBoard output is written.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+from lightning_perf.analysis.comparison import CompareError, Comparison, format_value, render_markdown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+TENSORBOARD_SUBDIR = "perf_compare"
+TEXT_TAG = "perf/comparison"
+IMAGE_TAG = "perf/comparison_chart"
+
+# the headline metrics drawn in the bar chart, one panel each (absent ones are left out)
+CHART_KEYS = ("step_time_median_ms", "data_wait_pct", "samples_per_sec", "gpu_util_pct")
+CHART_PANEL_WIDTH_IN = 3.6
+CHART_HEIGHT_IN = 3.8
+CHART_DPI = 100
+CHART_BASELINE_COLOR = "#7f7f7f"
+CHART_RUN_COLOR = "#1f77b4"
+# characters of 9 pt text per inch of figure width (about 5 pt per character), to wrap the verdict title
+CHART_TITLE_CHARS_PER_INCH = 14
+
+
+def chart_figure(comparison: Comparison) -> Figure:
+    """A bar chart of the headline metrics per run, one panel per metric, drawn with Agg (no pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = [row for key in CHART_KEYS if (row := comparison.metric(key)) is not None]
+    figure = Figure(figsize=(CHART_PANEL_WIDTH_IN * len(rows), CHART_HEIGHT_IN), dpi=CHART_DPI)
+    FigureCanvasAgg(figure)
+    figure.set_layout_engine("constrained")
+    base = comparison.baseline_index
+    names = [f"{name}\n(baseline)" if i == base else name for i, name in enumerate(comparison.run_names)]
+    colors = [CHART_BASELINE_COLOR if i == base else CHART_RUN_COLOR for i in range(len(names))]
+    rotate = sum(len(name) for name in comparison.run_names) > 30  # long names overlap when set horizontally
+    for axes, row in zip(figure.subplots(1, len(rows), squeeze=False)[0], rows, strict=True):
+        # an absent value gets no bar and an "n/a" label, never a bar at 0
+        heights = [value if value is not None else 0.0 for value in row.values]
+        bars = axes.bar(range(len(names)), heights, color=colors)
+        axes.bar_label(bars, labels=[format_value(v, row.unit) for v in row.values], fontsize=8)
+        judged = f", {row.better} is better" if row.better else ""
+        axes.set_title(f"{row.label} ({row.unit}{judged})", fontsize=9)
+        axes.set_xticks(
+            range(len(names)), names, rotation=30 if rotate else 0, ha="right" if rotate else "center"
+        )
+        axes.margins(y=0.15)
+    title_width = int(CHART_PANEL_WIDTH_IN * len(rows) * CHART_TITLE_CHARS_PER_INCH)
+    figure.suptitle(textwrap.fill(comparison.verdict, title_width), fontsize=9)
+    return figure
+
+
+def write_png(comparison: Comparison, path: str) -> None:
+    """Write :func:`chart_figure` as a PNG file."""
+    try:
+        chart_figure(comparison).savefig(path, format="png")
+    except OSError as err:
+        raise CompareError(f"--png {path}: cannot write the chart: {err.strerror or err}") from None
+
+
+def _chart_rgb(comparison: Comparison) -> Any:
+    import numpy as np
+
+    figure = chart_figure(comparison)
+    figure.canvas.draw()
+    return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+
+
+def write_tensorboard(comparison: Comparison, directory: str) -> None:
+    """Write the comparison (markdown text and chart image) into ``directory`` as its own TensorBoard run.
+
+    Each call adds a new step (one more than the event files already there), so rerunning the comparison
+    keeps the history and TensorBoard shows the latest by default.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    step = len(glob.glob(os.path.join(glob.escape(directory), "events.out.tfevents.*")))
+    try:
+        writer = SummaryWriter(log_dir=directory)
+    except OSError as err:
+        raise CompareError(
+            f"{directory}: cannot write TensorBoard output: {err.strerror or err} "
+            "(choose another with --tensorboard-dir or skip with --no-tensorboard)"
+        ) from None
+    try:
+        writer.add_text(TEXT_TAG, render_markdown(comparison), global_step=step)
+        writer.add_image(IMAGE_TAG, _chart_rgb(comparison), global_step=step, dataformats="HWC")
+    finally:
+        writer.close()

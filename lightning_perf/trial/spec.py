@@ -1,0 +1,255 @@
+"""What a trial is made of: its variants, their results, and the checks on names, steps and overrides.
+
+Pure data and validation; nothing here imports Lightning or starts a process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lightning_perf.analysis.comparison import Comparison, render_markdown, render_text, to_json
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.errors import LightningPerfError
+from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
+
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningDataModule, LightningModule
+    from torch.utils.data import DataLoader
+
+DEFAULT_LOG_DIR = "perf_logs"
+COMPARISON_FILENAME = "comparison.json"
+WORKER_LOG_FILENAME = "trial_worker.log"
+WORKER_MODULE = "lightning_perf.trial.worker"
+TRIAL_SCHEMA_NAME = "lightning-perf/trial"
+TRIAL_SCHEMA_VERSION = 1
+
+# The first batch of an epoch is timed apart (iterator and worker start-up), so one step times nothing.
+MIN_STEPS = 2
+# Names become directories and TensorBoard runs: letters, digits and _.- only, not starting with a dot.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+KEY_PATTERN = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+# "a=1,b.c=[1,2]" splits only at commas followed by "key=", so values may hold commas (lists, dicts)
+OVERRIDE_SPLIT = re.compile(rf",(?={KEY_PATTERN}=)")
+# settings the trial owns: the step budget and where each run is logged
+RESERVED_KEYS = ("trainer.max_steps", "trainer.logger")
+
+
+class TrialError(LightningPerfError, ValueError):
+    """Bad arguments for a trial; the message names the flag (CLI) or parameter (API). Exit code 2."""
+
+
+@dataclass
+class Variant:
+    """One variant for :func:`run_trial`: how to build its model, data and Trainer.
+
+    Args:
+        name: the variant's name (its TensorBoard run); letters, digits and ``_.-``.
+        make_model: returns a new LightningModule.
+        make_data: returns a LightningDataModule or a training DataLoader.
+        trainer_kwargs: extra ``Trainer`` arguments (e.g. ``{"benchmark": True}``); ``callbacks`` may hold a
+            PerfCallback of your own, else one is added. ``max_steps`` and ``logger`` are the trial's.
+        callback_kwargs: arguments of the PerfCallback the trial adds.
+    """
+
+    name: str
+    make_model: Callable[[], LightningModule]
+    make_data: Callable[[], LightningDataModule | DataLoader]
+    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
+    callback_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class VariantResult:
+    """How one variant went. ``summary`` is its loaded run summary when it ran (``status == "ok"``)."""
+
+    name: str
+    run_dir: str
+    status: str = "pending"  # "ok" or "failed"
+    error: str | None = None
+    wall_s: float = 0.0
+    summary: RunSummary | None = None
+    overrides: list[tuple[str, str]] = field(default_factory=list)
+    log_path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def summary_path(self) -> str | None:
+        return os.path.join(self.run_dir, SUMMARY_FILENAME) if self.ok else None
+
+    @property
+    def median_step_ms(self) -> float | None:
+        dist = self.summary.timing.step_time_ms if self.summary is not None else None
+        return dist.median if dist is not None else None
+
+
+@dataclass
+class TrialResult:
+    """The whole trial: every variant in the order requested, and the comparison of those that ran."""
+
+    name: str
+    experiment_dir: str
+    steps: int
+    variants: list[VariantResult]
+    comparison: Comparison | None = None
+    comparison_path: str | None = None
+    tensorboard_dir: str | None = None
+    # one line each: a baseline that failed, too few runs to compare, outputs that could not be written
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> list[VariantResult]:
+        return [v for v in self.variants if v.ok]
+
+    @property
+    def failed(self) -> list[VariantResult]:
+        return [v for v in self.variants if not v.ok]
+
+    def render(self, fmt: str = "text") -> str:
+        """The report: notes, the comparison table and the failed variants (``text`` or ``markdown``)."""
+        markdown = fmt == "markdown"
+        lines = [f"> note: {n}" if markdown else f"note: {n}" for n in self.notes]
+        if lines:
+            lines.append("")
+        text = "\n".join(lines)
+        if self.comparison is not None:
+            text += render_markdown(self.comparison) if markdown else render_text(self.comparison)
+        if self.failed:
+            title = "**Failed variants (not compared):**" if markdown else "failed variants (not compared):"
+            rows = [title]
+            for v in self.failed:
+                log = f" (log: {v.log_path})" if v.log_path else ""
+                rows.append(f"- `{v.name}`: {v.error}{log}" if markdown else f"  {v.name}: {v.error}{log}")
+            text += ("\n" if text else "") + "\n".join(rows) + "\n"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: every variant's status and error, and the comparison (``compare.to_json``)."""
+        return {
+            "schema": TRIAL_SCHEMA_NAME,
+            "schema_version": TRIAL_SCHEMA_VERSION,
+            "name": self.name,
+            "experiment_dir": self.experiment_dir,
+            "steps": self.steps,
+            "variants": [
+                {
+                    "name": v.name,
+                    "status": v.status,
+                    "error": v.error,
+                    "run_dir": v.run_dir,
+                    "summary_path": v.summary_path,
+                    "log_path": v.log_path,
+                    "wall_s": v.wall_s,
+                    "median_step_ms": v.median_step_ms,
+                    "overrides": {key: value for key, value in v.overrides},
+                }
+                for v in self.variants
+            ],
+            "notes": list(self.notes),
+            "comparison": to_json(self.comparison) if self.comparison is not None else None,
+            "comparison_path": self.comparison_path,
+            "tensorboard_dir": self.tensorboard_dir,
+        }
+
+
+def check_steps(steps: Any, label: str) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < MIN_STEPS:
+        raise TrialError(
+            f"{label} must be an integer >= {MIN_STEPS} (the first step of a run is timed apart, as start-up), "
+            f"got {steps!r}"
+        )
+    return steps
+
+
+def check_name(name: Any, label: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise TrialError(
+            f"{label} {name!r}: a name may hold letters, digits and _ . - only (it names a directory)"
+        )
+    return name
+
+
+def check_variant_names(names: Sequence[str], label: str) -> None:
+    if len(names) < 2:
+        raise TrialError(f"{label}: give at least two variants (the first is the baseline), got {len(names)}")
+    for name in names:
+        check_name(name, label)
+        if name in (TENSORBOARD_SUBDIR, COMPARISON_FILENAME):
+            raise TrialError(f"{label} {name!r}: the name is reserved for the comparison's output")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise TrialError(f"{label}: variant names must be unique, repeated: {', '.join(duplicates)}")
+
+
+def parse_variant(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """``"workers4:data.init_args.num_workers=4,trainer.benchmark=true"`` -> name and (key, value) overrides."""
+    usage = "expected NAME or NAME:key=value[,key=value...], e.g. workers4:data.init_args.num_workers=4"
+    name, sep, rest = text.partition(":")
+    check_name(name, "--variant")
+    if not sep:
+        return name, []
+    if not rest:
+        raise TrialError(f"--variant {text!r}: no override after ':'; {usage}")
+    overrides = []
+    for item in OVERRIDE_SPLIT.split(rest):
+        key, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(KEY_PATTERN, key):
+            raise TrialError(f"--variant {text!r}: malformed override {item!r}; {usage}")
+        if any(key == r or key.startswith(r + ".") for r in RESERVED_KEYS):
+            raise TrialError(
+                f"--variant {text!r}: {key} is set by the trial (--steps and --log-dir/--name); "
+                "it cannot be overridden"
+            )
+        overrides.append((key, value))
+    keys = [key for key, _ in overrides]
+    if len(set(keys)) != len(keys):
+        raise TrialError(f"--variant {text!r}: a key is given twice")
+    return name, overrides
+
+
+def check_configs(paths: Sequence[str]) -> None:
+    """Each file exists and is a YAML mapping, and together they give a model (checked here, not per variant)."""
+    import yaml
+
+    keys: set[str] = set()
+    for path in paths:
+        if not os.path.isfile(path):
+            raise TrialError(f"--config {path}: no such file")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise TrialError(f"--config {path}: cannot read it as YAML: {err}") from None
+        if not isinstance(data, dict):
+            raise TrialError(
+                f"--config {path}: expected a YAML mapping (trainer/model/data), got {data!r:.80}"
+            )
+        keys.update(data)
+    if "model" not in keys:
+        raise TrialError(
+            f"--config {', '.join(paths)}: no `model` given; the trial needs the model (and usually the data) "
+            "given by class_path, as a Lightning CLI config"
+        )
+
+
+def prepare_experiment(experiment_dir: str, names: Sequence[str], overwrite: bool, cli: bool) -> None:
+    """Refuse to mix a trial's runs with an earlier trial's (stale summaries), unless told to replace them."""
+    existing = [n for n in names if os.path.exists(os.path.join(experiment_dir, n))]
+    if existing and not overwrite:
+        name, replace = ("--name", "pass --overwrite") if cli else ("name", "pass overwrite=True")
+        raise TrialError(
+            f"{name}: {experiment_dir} already holds runs named {', '.join(existing)} from an earlier trial; "
+            f"choose another {name} or {replace} to replace them"
+        )
+    for name in existing:
+        shutil.rmtree(os.path.join(experiment_dir, name))
+    stale = os.path.join(experiment_dir, COMPARISON_FILENAME)
+    if overwrite and os.path.exists(stale):
+        os.remove(stale)
