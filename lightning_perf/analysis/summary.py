@@ -102,6 +102,8 @@ class GpuUtilization:
     power_w: float | None = None
     kernel_busy_pct: float | None = None
     compute_capability: list[int] | None = None
+    # kernel-busy counting compute kernels only (no NCCL/communication), from the traces
+    compute_busy_pct: float | None = None
 
 
 @dataclass
@@ -123,6 +125,8 @@ class UtilizationSummary:
     # why GPU figures are absent ("no GPU", "NVML not installed", ...); None when they are present
     gpu_unavailable_reason: str | None = None
     cpu: CpuUtilization | None = None
+    # readings NVML cannot give on the device in use (e.g. utilization on a MIG instance), with its answer
+    gpu_metrics_unavailable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

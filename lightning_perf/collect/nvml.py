@@ -1,12 +1,17 @@
-"""GPU figures through NVML (nvidia-ml-py): which NVML device each CUDA device is, and reading it.
+"""GPU figures through NVML (nvidia-ml-py): the NVML device each CUDA device is, and reading it metric by metric.
 
-- :func:`map_cuda_to_nvml` matches the CUDA indices this process trains on (as torch numbers them, after
-  CUDA_VISIBLE_DEVICES) to NVML indices by UUID, else by PCI address; :func:`torch_cuda_uuid` and
-  :func:`torch_cuda_pci` ask torch for them;
-- :class:`NvmlBackend` initialises NVML, resolves the device handles once and reads utilization, memory and
-  power per GPU, keyed by the ``perf/gpu_*`` metric names (:data:`GPU_KEYS`); a metric NVML answers
-  NOT_SUPPORTED to is dropped for that GPU;
-- :class:`GpuUnavailable` carries the reason NVML cannot measure, for the summary.
+- :func:`find_device` looks up the one device a CUDA index is, by UUID (``GPU-...`` for a whole GPU, ``MIG-...``
+  for a MIG instance) with ``nvmlDeviceGetHandleByUUID``, else by PCI address. It never enumerates the node:
+  on shared (SLURM-style) nodes the GPUs this job may not use answer NO_PERMISSION, and touching them would
+  turn sampling off for the GPU the job does own. A MIG instance is read through its own handle (its memory
+  is the slice's, not the whole GPU's); the PCI fallback refuses a MIG-enabled parent GPU for the same reason.
+  :func:`torch_cuda_uuid` and :func:`torch_cuda_pci` ask torch for the identity.
+- :class:`NvmlBackend` initialises NVML, resolves the handles once and reads utilization, memory and power per
+  device, keyed by the ``perf/gpu_*`` metric names (:data:`GPU_KEYS`). NOT_SUPPORTED and NO_PERMISSION are
+  answers about one metric on one device (utilization is NOT_SUPPORTED on a MIG instance, power may be
+  NO_PERMISSION in a container): that metric is dropped there, with the reason in :attr:`unavailable`,
+  and every other metric goes on.
+- :class:`GpuUnavailable` carries the reason NVML cannot measure at all, for the summary.
 
 The NVML module is passed in (tests pass a fake) and torch is imported only inside the two lookups; nothing
 from Lightning. :class:`lightning_perf.collect.utilization.UtilSampler` samples through this backend.
@@ -31,6 +36,14 @@ GPU_MEM_USED = "perf/gpu_mem_used_gb"
 GPU_POWER = "perf/gpu_power_w"
 GPU_KEYS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER)
 
+# the NVML readings, by the name the summary reports them under when a device cannot give them
+UTILIZATION, MEMORY, POWER = "utilization", "memory", "power"
+
+# NVML return codes (nvml.h); the pynvml module carries the same values under these names
+_NOT_FOUND_CODES = ("NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT")
+_PER_METRIC_CODES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION")
+_MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
+
 UuidLookup = Callable[[int], "str | None"]
 PciLookup = Callable[[int], "tuple[int, int, int] | None"]
 
@@ -40,7 +53,7 @@ class GpuUnavailable(LightningPerfError):
 
 
 def torch_cuda_uuid(cuda_index: int) -> str:
-    """UUID of a CUDA device as torch numbers it (after CUDA_VISIBLE_DEVICES)."""
+    """UUID of a CUDA device as torch numbers it (after CUDA_VISIBLE_DEVICES); bare, no GPU-/MIG- prefix."""
     import torch
 
     return str(torch.cuda.get_device_properties(cuda_index).uuid)
@@ -58,63 +71,104 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)  # old bindings return bytes
 
 
-def _uuid_key(uuid: str | bytes) -> str:
-    # NVML writes "GPU-8f3a...", torch's str(props.uuid) the bare "8f3a..."
-    return _text(uuid).strip().lower().removeprefix("gpu-")
+def uuid_candidates(uuid: str | bytes) -> list[str]:
+    """The NVML spellings of a UUID: as given when it carries NVML's prefix, else ``GPU-`` then ``MIG-``.
 
-
-def map_cuda_to_nvml(
-    nvml: Any, cuda_devices: list[int], uuid_lookup: UuidLookup | None, pci_lookup: PciLookup | None
-) -> list[int]:
-    """NVML index of each CUDA device index, matched by UUID, else by PCI address (NVML initialised).
-
-    CUDA numbers only the devices CUDA_VISIBLE_DEVICES shows, in the order it lists them; NVML numbers all
-    devices on the machine, so CUDA index 0 is NVML index 0 only by chance. The PCI address also matches a
-    MIG instance (whose "MIG-..." UUID NVML does not list) to its GPU. Raises GpuUnavailable on no match.
+    torch gives the bare hex form for whole GPUs and MIG instances alike; NVML names a GPU ``GPU-<hex>`` and a
+    MIG instance ``MIG-<hex>`` (drivers from R470), hex in lower case.
     """
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-    by_uuid = {_uuid_key(nvml.nvmlDeviceGetUUID(h)): i for i, h in enumerate(handles)}
-    by_pci: dict[tuple[int, int, int], int] | None = None
-    indices = []
-    for cuda_index in cuda_devices:
+    text = _text(uuid).strip()
+    prefix, _, rest = text.partition("-")
+    if prefix.upper() in ("GPU", "MIG") and rest:
+        return [f"{prefix.upper()}-{rest.lower()}"]
+    return [f"GPU-{text.lower()}", f"MIG-{text.lower()}"]
+
+
+def _code(nvml: Any, name: str) -> int | None:
+    return getattr(nvml, name, None)
+
+
+def _is(nvml: Any, err: Exception, names: tuple[str, ...]) -> bool:
+    return getattr(err, "value", None) in {_code(nvml, name) for name in names} - {None}
+
+
+def _mig_enabled(nvml: Any, handle: Any) -> bool:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # NOT_SUPPORTED on GPUs without MIG, absent in old bindings
+        return False
+    return current == _MIG_ENABLED
+
+
+def find_device(
+    nvml: Any, cuda_index: int, uuid_lookup: UuidLookup | None, pci_lookup: PciLookup | None
+) -> Any:
+    """The NVML handle of one CUDA device (NVML initialised), by UUID, else by PCI address.
+
+    Raises GpuUnavailable with the reason when the device cannot be found or NVML denies access to it.
+    """
+    try:
+        uuid = uuid_lookup(cuda_index) if uuid_lookup is not None else None
+    except Exception as err:  # the lookup is torch (or a test's fake): report it, never raise
+        raise GpuUnavailable(f"cannot identify CUDA device {cuda_index}: {err}") from err
+    for candidate in uuid_candidates(uuid) if uuid else []:
         try:
-            uuid = uuid_lookup(cuda_index) if uuid_lookup is not None else None
-            if uuid is not None and _uuid_key(uuid) in by_uuid:
-                indices.append(by_uuid[_uuid_key(uuid)])
+            return nvml.nvmlDeviceGetHandleByUUID(candidate)
+        except nvml.NVMLError as err:
+            if _is(nvml, err, _NOT_FOUND_CODES):
                 continue
-            pci = pci_lookup(cuda_index) if pci_lookup is not None else None
-        except Exception as err:  # the lookup is torch (or a test's fake): report it, never raise
-            raise GpuUnavailable(f"cannot identify CUDA device {cuda_index}: {err}") from err
-        if pci is not None:
-            if by_pci is None:
-                infos = [nvml.nvmlDeviceGetPciInfo(h) for h in handles]
-                by_pci = {(p.domain, p.bus, p.device): i for i, p in enumerate(infos)}
-            if tuple(pci) in by_pci:
-                indices.append(by_pci[tuple(pci)])
-                continue
-        raise GpuUnavailable(
-            f"CUDA device {cuda_index} (UUID {uuid}, PCI {pci}) is not among the NVML devices"
-        )
-    return indices
+            raise GpuUnavailable(f"NVML cannot open CUDA device {cuda_index} ({candidate}): {err}") from err
+    try:
+        pci = pci_lookup(cuda_index) if pci_lookup is not None else None
+    except Exception as err:
+        raise GpuUnavailable(f"cannot identify CUDA device {cuda_index}: {err}") from err
+    if pci is not None:
+        domain, bus, device = pci
+        try:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(f"{domain:08X}:{bus:02X}:{device:02X}.0")
+        except nvml.NVMLError as err:
+            if not _is(nvml, err, _NOT_FOUND_CODES):
+                raise GpuUnavailable(f"NVML cannot open CUDA device {cuda_index} (PCI {pci}): {err}") from err
+        else:
+            if _mig_enabled(nvml, handle):
+                raise GpuUnavailable(
+                    f"CUDA device {cuda_index} is on a MIG-enabled GPU but its MIG instance (UUID {uuid}) was "
+                    "not found; the parent GPU's figures would be the whole GPU's, not this slice's"
+                )
+            return handle
+    raise GpuUnavailable(f"CUDA device {cuda_index} (UUID {uuid}, PCI {pci}) is not among the NVML devices")
+
+
+class _Device:
+    """One device's handle and the readings it cannot give (name -> NVML's answer)."""
+
+    __slots__ = ("handle", "uuid", "unavailable")
+
+    def __init__(self, handle: Any, uuid: str) -> None:
+        self.handle = handle
+        self.uuid = uuid
+        self.unavailable: dict[str, str] = {}
 
 
 class NvmlBackend:
     """NVML handles of the GPUs this process trains on, resolved once at :meth:`open`."""
 
-    def __init__(self, nvml: Any, indices: list[int]) -> None:
+    def __init__(self, nvml: Any, handles: list[Any]) -> None:
         self._nvml = nvml
-        self.indices = indices
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
-        self.names = [_text(nvml.nvmlDeviceGetName(h)) for h in handles]
-        try:  # an optional figure: older drivers and bindings lack the call
-            self.compute_capability: list[int] | None = [
-                int(v) for v in nvml.nvmlDeviceGetCudaComputeCapability(handles[0])
-            ]
+        self._devices = [_Device(h, self._optional(nvml.nvmlDeviceGetUUID, h) or "?") for h in handles]
+        #: the NVML UUID of each device in use ("GPU-..." or "MIG-...")
+        self.uuids = [d.uuid for d in self._devices]
+        self.names = [self._optional(nvml.nvmlDeviceGetName, h) or "unknown GPU" for h in handles]
+        # optional: older drivers lack the call, a MIG instance may not answer it (torch gives it too)
+        capability = self._optional(nvml.nvmlDeviceGetCudaComputeCapability, handles[0])
+        self.compute_capability: list[int] | None = [int(v) for v in capability] if capability else None
+
+    def _optional(self, call: Callable[[Any], Any], handle: Any) -> Any:
+        try:
+            value = call(handle)
         except Exception:
-            self.compute_capability = None
-        # [handle, utilization / memory info / power supported]: a metric NVML answers NOT_SUPPORTED to (power on
-        # some boards, utilization on a MIG-enabled GPU) is dropped for that GPU at its first reading
-        self._devices = [[h, True, True, True] for h in handles]
+            return None
+        return _text(value) if isinstance(value, (str, bytes)) else value
 
     @classmethod
     def open(cls, nvml: Any, cuda_devices: list[int], uuid_lookup: Any, pci_lookup: Any) -> NvmlBackend:
@@ -122,46 +176,57 @@ class NvmlBackend:
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as err:
-            if getattr(err, "value", None) == nvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+            if getattr(err, "value", None) == _code(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND"):
                 raise GpuUnavailable("NVML library not found") from err
             raise GpuUnavailable(f"NVML error: {err}") from err
         try:
-            return cls(nvml, map_cuda_to_nvml(nvml, cuda_devices, uuid_lookup, pci_lookup))
+            return cls(nvml, [find_device(nvml, i, uuid_lookup, pci_lookup) for i in cuda_devices])
         except BaseException as err:
             _shutdown(nvml)
             if isinstance(err, nvml.NVMLError):
                 raise GpuUnavailable(f"NVML error: {err}") from err
             raise
 
+    @property
+    def unavailable(self) -> dict[str, str]:
+        """Readings some device in use cannot give, with NVML's answer (e.g. ``{"utilization": "Not Supported"}``)."""
+        merged: dict[str, str] = {}
+        for device in self._devices:
+            merged.update(device.unavailable)
+        return merged
+
     def read(self) -> list[dict[str, float]]:
-        """One dict per GPU, keyed by the GPU metric names, holding the metrics it supports."""
+        """One dict per GPU, keyed by the GPU metric names, holding the metrics it gives."""
         nvml = self._nvml
         rows = []
         for device in self._devices:
             row = {}
-            rates = self._read(device, 1, nvml.nvmlDeviceGetUtilizationRates)
+            rates = self._read(device, UTILIZATION, nvml.nvmlDeviceGetUtilizationRates)
             if rates is not None:
                 row[GPU_UTIL], row[GPU_MEM_UTIL] = float(rates.gpu), float(rates.memory)
-            memory = self._read(device, 2, nvml.nvmlDeviceGetMemoryInfo)
-            if memory is not None:
+            memory = self._read(device, MEMORY, nvml.nvmlDeviceGetMemoryInfo)
+            if memory is not None:  # on a MIG handle: the instance's own memory
                 row[GPU_MEM_USED] = memory.used / BYTES_PER_GB
-            power = self._read(device, 3, nvml.nvmlDeviceGetPowerUsage)
+            power = self._read(device, POWER, nvml.nvmlDeviceGetPowerUsage)
             if power is not None:
                 row[GPU_POWER] = power / 1000.0  # NVML reports milliwatts
             rows.append(row)
-        if not any(supported for device in self._devices for supported in device[1:]):
-            raise GpuUnavailable("NVML supports none of utilization, memory and power on these GPUs")
+        if all(len(device.unavailable) == 3 for device in self._devices):
+            answers = "; ".join(f"{name}: {why}" for name, why in self.unavailable.items())
+            raise GpuUnavailable(
+                f"NVML gives none of utilization, memory and power for these GPUs ({answers})"
+            )
         return rows
 
-    def _read(self, device: list[Any], supported: int, call: Callable[[Any], Any]) -> Any:
-        if not device[supported]:
+    def _read(self, device: _Device, name: str, call: Callable[[Any], Any]) -> Any:
+        if name in device.unavailable:
             return None
         try:
-            return call(device[0])
+            return call(device.handle)
         except self._nvml.NVMLError as err:
-            if getattr(err, "value", None) != self._nvml.NVML_ERROR_NOT_SUPPORTED:
-                raise
-            device[supported] = False
+            if not _is(self._nvml, err, _PER_METRIC_CODES):
+                raise  # GPU lost, driver gone: the sampler stops
+            device.unavailable[name] = str(err)
             return None
 
     def close(self) -> None:

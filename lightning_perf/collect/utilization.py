@@ -23,8 +23,9 @@ summary keeps the GPU figures measured until then, beside the reason. The sample
 training, so a sample does little Python work: NVML handles are resolved once at ``start()``, and the scan
 for new workers (which reads every process in /proc) runs at most every :data:`CHILD_RESCAN_S`.
 
-This module holds the sampler, its statistics and the psutil backend (:class:`PsutilBackend`); the NVML side
-(CUDA-to-NVML device mapping, :class:`~lightning_perf.collect.nvml.NvmlBackend`) is in :mod:`lightning_perf.collect.nvml`.
+This module holds the sampler and its statistics; the CPU side (:class:`PsutilBackend`) is in
+:mod:`lightning_perf.collect.cpu_sampler`, the NVML side (the rank's own device found by UUID,
+:class:`~lightning_perf.collect.nvml.NvmlBackend`) in :mod:`lightning_perf.collect.nvml`.
 
 Example::
 
@@ -42,12 +43,19 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from lightning_perf.analysis.summary import CpuUtilization, GpuUtilization, UtilizationSummary
+from lightning_perf.collect.cpu_sampler import (
+    CPU_UTIL,
+    PROCESS_RSS,
+    SYSTEM_CPU,
+    WORKERS_CPU,
+    WORKERS_RSS,
+    PsutilBackend,
+    usable_cpu_count,
+)
 from lightning_perf.collect.nvml import (
-    BYTES_PER_GB,
     GPU_KEYS,
     GPU_MEM_USED,
     GPU_MEM_UTIL,
@@ -61,6 +69,17 @@ from lightning_perf.collect.nvml import (
     torch_cuda_uuid,
 )
 
+__all__ = [
+    "CPU_UTIL",
+    "PROCESS_RSS",
+    "SYSTEM_CPU",
+    "WORKERS_CPU",
+    "WORKERS_RSS",
+    "PsutilBackend",
+    "UtilSampler",
+    "usable_cpu_count",
+]
+
 log = logging.getLogger("lightning_perf")
 
 DEFAULT_INTERVAL_S = 0.1
@@ -69,118 +88,8 @@ DEFAULT_INTERVAL_S = 0.1
 # ~1% of a sub-millisecond-step run at 10 reads/s, ~0.1% at 1/s). GPU utilization is a sampled value and is
 # read every interval_s.
 CPU_INTERVAL_S = 1.0
-# psutil's children() reads /proc/<pid>/stat of every process on the machine: ~7 us each here, so a few ms
-# on a GPU server running 500-1000 processes. Workers are rediscovered every 1 s, less often when a scan is
-# slow, so that scanning takes at most 0.2% of the training process's time. A new worker is counted from
-# the scan that finds it (as cpu_percent would), so its first second or less is missed.
-CHILD_RESCAN_S = 1.0
-CHILD_SCAN_MAX_SHARE = 0.002
 # stop() waits this long for the thread: one NVML call on a GPU in a bad state can block for seconds
 STOP_JOIN_TIMEOUT_S = 10.0
-
-# Children that multiprocessing starts for itself (spawn/forkserver start methods, DDP spawn): not DataLoader
-# workers. Matched on their command line; a forkserver's own children (the workers) still count.
-SERVICE_PROCESS_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-
-CPU_UTIL = "perf/cpu_util_pct"
-WORKERS_CPU = "perf/dataloader_workers_cpu_pct"
-SYSTEM_CPU = "perf/system_cpu_pct"
-PROCESS_RSS = "perf/process_rss_gb"
-WORKERS_RSS = "perf/workers_rss_gb"
-
-
-def _cpu_seconds(process: Any) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
-
-
-def _system_busy_total(psutil: Any) -> tuple[float, float]:
-    # psutil.cpu_percent's accounting, done here because that function keeps global state anyone may reset;
-    # Linux already counts guest time in user and nice
-    times = psutil.cpu_times()
-    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-    return total - times.idle - getattr(times, "iowait", 0.0), total
-
-
-def _is_service_process(process: Any) -> bool:
-    command = " ".join(process.cmdline())
-    return any(marker in command for marker in SERVICE_PROCESS_MARKERS)
-
-
-class PsutilBackend:
-    """CPU time and resident memory of the training process and its workers, as rates between reads."""
-
-    def __init__(self, psutil: Any, pid: int, exclude_pids: Iterable[int] = (), clock: Any = time.monotonic):
-        self._psutil = psutil
-        self._gone = (psutil.NoSuchProcess, psutil.AccessDenied)
-        self._process = psutil.Process(pid)
-        self._exclude = frozenset(exclude_pids)
-        self._clock = clock
-        self._workers: dict[int, list[Any]] = {}  # pid -> [psutil.Process, its CPU seconds at the last read]
-        self._services: dict[int, Any] = {}  # pid -> psutil.Process of multiprocessing's own helpers
-        self._last = (clock(), _cpu_seconds(self._process), *_system_busy_total(psutil))
-        self._rescan(self._last[0])
-
-    def _rescan(self, now: float) -> None:
-        started = time.perf_counter()
-        try:
-            children = self._process.children(recursive=True)
-        except self._gone:
-            children = []
-        excluded = set(self._exclude)
-        workers = {}
-        for child in children:
-            try:
-                # children() lists a parent before its descendants: one pass excludes whole subtrees
-                if excluded and (child.pid in excluded or child.ppid() in excluded):
-                    excluded.add(child.pid)
-                    continue
-                if self._services.get(child.pid) == child:
-                    continue
-                entry = self._workers.get(child.pid)
-                if entry is None or entry[0] != child:  # new, or its pid was reused: counted from now on
-                    if _is_service_process(child):
-                        self._services[child.pid] = child
-                        continue
-                    entry = [child, _cpu_seconds(child)]
-            except self._gone:
-                continue
-            workers[child.pid] = entry
-        self._workers = workers
-        cost = time.perf_counter() - started
-        self._next_scan = now + max(CHILD_RESCAN_S, cost / CHILD_SCAN_MAX_SHARE)
-
-    def read(self) -> tuple[dict[str, float], int]:
-        """(CPU metrics over the time since the last read, number of live workers)."""
-        now = self._clock()
-        if now >= self._next_scan:
-            self._rescan(now)
-        last_time, last_cpu, last_busy, last_total = self._last
-        if now <= last_time:
-            return {}, len(self._workers)
-        cpu = _cpu_seconds(self._process)
-        workers_cpu = 0.0
-        workers_rss = 0
-        for pid, entry in list(self._workers.items()):
-            try:
-                worker_cpu = _cpu_seconds(entry[0])
-                workers_rss += entry[0].memory_info().rss
-            except self._gone:  # exited (or not ours to read) since the scan: forget it
-                del self._workers[pid]
-                continue
-            workers_cpu += max(0.0, worker_cpu - entry[1])
-            entry[1] = worker_cpu
-        busy, total = _system_busy_total(self._psutil)
-        values = {
-            CPU_UTIL: 100.0 * (cpu - last_cpu) / (now - last_time),
-            WORKERS_CPU: 100.0 * workers_cpu / (now - last_time),
-            PROCESS_RSS: self._process.memory_info().rss / BYTES_PER_GB,
-            WORKERS_RSS: workers_rss / BYTES_PER_GB,
-        }
-        if total > last_total:  # no clock tick since the last read: nothing measured
-            values[SYSTEM_CPU] = max(0.0, 100.0 * (busy - last_busy) / (total - last_total))  # no -1e-9
-        self._last = (now, cpu, busy, total)
-        return values, len(self._workers)
 
 
 class _Stats:
@@ -213,14 +122,6 @@ def _gpu_figures(means: dict[str, float], peak: float | None, name: str | None, 
         power_w=means.get(GPU_POWER),
         compute_capability=cc,
     )
-
-
-def usable_cpu_count() -> int:
-    """CPU cores this process may run on (its affinity mask, e.g. under SLURM or taskset), else all cores."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _is_number(value: Any) -> bool:
@@ -288,7 +189,14 @@ class UtilSampler:
         self._pid = pid
         self._exclude_pids = list(exclude_pids or [])
         self.gpu_unavailable_reason: str | None = None
-        self.nvml_indices: list[int] = []  # the NVML index of each CUDA device in use, once started
+        self.nvml_uuids: list[
+            str
+        ] = []  # the NVML UUID of each CUDA device in use ("GPU-"/"MIG-"), once started
+        # paused between training steps (validation, checkpoints, epoch starts): samples then are not kept,
+        # so utilization covers the same intervals as the step timing it is compared with
+        self.paused = False
+        #: readings NVML cannot give for a device in use (NOT_SUPPORTED / NO_PERMISSION), with its answer
+        self.gpu_metrics_unavailable: dict[str, str] = {}
         self._lock = threading.Lock()  # guards the statistics below; held only to add or swap them
         self._cpu_lock = threading.Lock()
         self._stop_event = threading.Event()
@@ -306,6 +214,7 @@ class UtilSampler:
         self._compute_capability: list[int] | None = None
         self._workers_seen = 0
         self._next_cpu_read = 0.0
+        self.gpu_metrics_unavailable = {}
 
     def start(self) -> None:
         """Open NVML and psutil (once, here) and start the thread. A start() after stop() starts a new run."""
@@ -368,7 +277,7 @@ class UtilSampler:
                     except ImportError as err:
                         raise GpuUnavailable("nvidia-ml-py (pynvml) not installed") from err
                 self._gpu = NvmlBackend.open(nvml, self.cuda_devices, self._uuid_lookup, self._pci_lookup)
-                self.nvml_indices, self._gpu_names = self._gpu.indices, self._gpu.names
+                self.nvml_uuids, self._gpu_names = self._gpu.uuids, self._gpu.names
                 self._compute_capability = self._gpu.compute_capability
                 self._device_stats = [_Stats() for _ in self.cuda_devices]
             except Exception as err:  # GpuUnavailable, or anything unexpected from the NVML module
@@ -396,10 +305,13 @@ class UtilSampler:
         without start() (stop() then releases NVML)."""
         if not self._opened:
             self._open()
+        if self.paused:  # between steps: nothing to compare these readings with
+            return
         rows: list[dict[str, float]] = []
         if self._gpu is not None:
             try:
                 rows = self._gpu.read()
+                self.gpu_metrics_unavailable = self._gpu.unavailable
             except Exception as err:
                 unavailable = isinstance(err, GpuUnavailable)
                 self.gpu_unavailable_reason = str(err) if unavailable else f"NVML error during the run: {err}"
@@ -439,6 +351,14 @@ class UtilSampler:
             if workers is not None:
                 self._workers_seen = max(self._workers_seen, workers)
 
+    def pause(self) -> None:
+        """Stop keeping samples until :meth:`resume` (validation, a checkpoint, an epoch start began)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        """Keep samples again: a training step runs."""
+        self.paused = False
+
     def take_window(self) -> dict[str, float]:
         """Averages since the previous call (only metrics that have samples), and start a new window.
 
@@ -471,7 +391,12 @@ class UtilSampler:
             num_workers_seen=workers_seen if CPU_UTIL in run else None,
             cpu_count=usable_cpu_count(),
         )
-        return UtilizationSummary(gpu=gpu, gpu_unavailable_reason=self.gpu_unavailable_reason, cpu=cpu)
+        return UtilizationSummary(
+            gpu=gpu,
+            gpu_unavailable_reason=self.gpu_unavailable_reason,
+            cpu=cpu,
+            gpu_metrics_unavailable=dict(self.gpu_metrics_unavailable),
+        )
 
     def device_summaries(self) -> list[GpuUtilization]:
         """Run averages per GPU in use, in ``cuda_devices`` order ([] when no GPU was measured)."""

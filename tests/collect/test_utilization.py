@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lightning_perf.collect import utilization
+from lightning_perf.collect import cpu_sampler
 from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_MEM_UTIL, GPU_POWER, GPU_UTIL
 from lightning_perf.collect.utilization import (
     CPU_UTIL,
@@ -93,9 +93,9 @@ def test_cuda_index_maps_to_the_nvml_device_with_its_uuid_when_visible_devices_r
     second = sampler_factory(LONG_INTERVAL_S, [1], nvml=nvml, cuda_uuid_lookup=lookup)
     first.sample_once()
     second.sample_once()
-    assert first.nvml_indices == [2]
+    assert first.nvml_uuids == [nvml.gpus[2].uuid]
     assert first.take_window()[GPU_UTIL] == 30.0
-    assert second.nvml_indices == [0]
+    assert second.nvml_uuids == [nvml.gpus[0].uuid]
     assert second.take_window()[GPU_UTIL] == 10.0
 
 
@@ -107,7 +107,7 @@ def test_hidden_devices_and_nvml_style_uuids(sampler_factory):
         LONG_INTERVAL_S, [0], nvml=nvml, cuda_uuid_lookup=lambda i: nvml.gpus[3].uuid.upper()
     )
     sampler.sample_once()
-    assert sampler.nvml_indices == [3]
+    assert sampler.nvml_uuids == [nvml.gpus[3].uuid]
     assert sampler.take_window()[GPU_UTIL] == 77.0
     assert sampler.summary().gpu.device_name == "NVIDIA Fake A100"
 
@@ -119,14 +119,13 @@ def test_pci_address_matches_when_the_uuid_does_not(sampler_factory):
         LONG_INTERVAL_S,
         [0],
         nvml=nvml,
-        cuda_uuid_lookup=lambda i: (
-            "MIG-0f0f0f0f-1111-2222-3333-444444444444"
-        ),  # a MIG instance: NVML lists no such UUID
+        cuda_uuid_lookup=lambda i: "0f0f0f0f-1111-2222-3333-444444444444",  # a UUID NVML does not know
         cuda_pci_lookup=lambda i: (0, 0x20, 0),  # NVML device 1's address
     )
     sampler.sample_once()
-    assert sampler.nvml_indices == [1]
+    assert sampler.nvml_uuids == [nvml.gpus[1].uuid]
     assert sampler.take_window()[GPU_UTIL] == 55.0
+    assert nvml.enumerations == 0
 
 
 # --- window and run averages ---
@@ -207,7 +206,7 @@ def test_gpu_supporting_no_metric_is_reported_not_zero(sampler_factory, caplog):
     sampler.sample_once()
     assert gpu_keys(sampler.take_window()) == []
     assert sampler.summary().gpu is None
-    assert "supports none" in sampler.summary().gpu_unavailable_reason
+    assert "gives none" in sampler.summary().gpu_unavailable_reason
     assert nvml.init_count == 0
     assert len(caplog.records) == 1
 
@@ -511,7 +510,7 @@ def test_workers_are_rediscovered_periodically_and_counted_from_then():
         values, workers = backend.read()
     assert ps.children_calls == 1  # no /proc scan on every sample
     assert workers == 0 and values[WORKERS_CPU] == 0.0
-    clock.now += utilization.CHILD_RESCAN_S
+    clock.now += cpu_sampler.CHILD_RESCAN_S
     new.cpu += 0.5
     values, workers = backend.read()  # scans, finds the worker, takes its CPU time as the baseline
     assert ps.children_calls == 2

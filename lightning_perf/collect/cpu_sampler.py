@@ -1,0 +1,133 @@
+"""CPU figures of the training process and its DataLoader workers through psutil, as rates between reads.
+
+:class:`PsutilBackend` is what :class:`lightning_perf.collect.utilization.UtilSampler` reads on its thread for
+the ``perf/*cpu*`` and ``perf/*rss*`` metrics; :func:`usable_cpu_count` is the cores this process may use.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from lightning_perf.collect.nvml import BYTES_PER_GB
+
+# psutil's children() reads /proc/<pid>/stat of every process on the machine: ~7 us each here, so a few ms
+# on a GPU server running 500-1000 processes. Workers are rediscovered every 1 s, less often when a scan is
+# slow, so that scanning takes at most 0.2% of the training process's time. A new worker is counted from
+# the scan that finds it (as cpu_percent would), so its first second or less is missed.
+CHILD_RESCAN_S = 1.0
+CHILD_SCAN_MAX_SHARE = 0.002
+
+# Children that multiprocessing starts for itself (spawn/forkserver start methods, DDP spawn): not DataLoader
+# workers. Matched on their command line; a forkserver's own children (the workers) still count.
+SERVICE_PROCESS_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+CPU_UTIL = "perf/cpu_util_pct"
+WORKERS_CPU = "perf/dataloader_workers_cpu_pct"
+SYSTEM_CPU = "perf/system_cpu_pct"
+PROCESS_RSS = "perf/process_rss_gb"
+WORKERS_RSS = "perf/workers_rss_gb"
+
+
+def _cpu_seconds(process: Any) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def _system_busy_total(psutil: Any) -> tuple[float, float]:
+    # psutil.cpu_percent's accounting, done here because that function keeps global state anyone may reset;
+    # Linux already counts guest time in user and nice
+    times = psutil.cpu_times()
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
+def _is_service_process(process: Any) -> bool:
+    command = " ".join(process.cmdline())
+    return any(marker in command for marker in SERVICE_PROCESS_MARKERS)
+
+
+class PsutilBackend:
+    """CPU time and resident memory of the training process and its workers, as rates between reads."""
+
+    def __init__(self, psutil: Any, pid: int, exclude_pids: Iterable[int] = (), clock: Any = time.monotonic):
+        self._psutil = psutil
+        self._gone = (psutil.NoSuchProcess, psutil.AccessDenied)
+        self._process = psutil.Process(pid)
+        self._exclude = frozenset(exclude_pids)
+        self._clock = clock
+        self._workers: dict[int, list[Any]] = {}  # pid -> [psutil.Process, its CPU seconds at the last read]
+        self._services: dict[int, Any] = {}  # pid -> psutil.Process of multiprocessing's own helpers
+        self._last = (clock(), _cpu_seconds(self._process), *_system_busy_total(psutil))
+        self._rescan(self._last[0])
+
+    def _rescan(self, now: float) -> None:
+        started = time.perf_counter()
+        try:
+            children = self._process.children(recursive=True)
+        except self._gone:
+            children = []
+        excluded = set(self._exclude)
+        workers = {}
+        for child in children:
+            try:
+                # children() lists a parent before its descendants: one pass excludes whole subtrees
+                if excluded and (child.pid in excluded or child.ppid() in excluded):
+                    excluded.add(child.pid)
+                    continue
+                if self._services.get(child.pid) == child:
+                    continue
+                entry = self._workers.get(child.pid)
+                if entry is None or entry[0] != child:  # new, or its pid was reused: counted from now on
+                    if _is_service_process(child):
+                        self._services[child.pid] = child
+                        continue
+                    entry = [child, _cpu_seconds(child)]
+            except self._gone:
+                continue
+            workers[child.pid] = entry
+        self._workers = workers
+        cost = time.perf_counter() - started
+        self._next_scan = now + max(CHILD_RESCAN_S, cost / CHILD_SCAN_MAX_SHARE)
+
+    def read(self) -> tuple[dict[str, float], int]:
+        """(CPU metrics over the time since the last read, number of live workers)."""
+        now = self._clock()
+        if now >= self._next_scan:
+            self._rescan(now)
+        last_time, last_cpu, last_busy, last_total = self._last
+        if now <= last_time:
+            return {}, len(self._workers)
+        cpu = _cpu_seconds(self._process)
+        workers_cpu = 0.0
+        workers_rss = 0
+        for pid, entry in list(self._workers.items()):
+            try:
+                worker_cpu = _cpu_seconds(entry[0])
+                workers_rss += entry[0].memory_info().rss
+            except self._gone:  # exited (or not ours to read) since the scan: forget it
+                del self._workers[pid]
+                continue
+            workers_cpu += max(0.0, worker_cpu - entry[1])
+            entry[1] = worker_cpu
+        busy, total = _system_busy_total(self._psutil)
+        values = {
+            CPU_UTIL: 100.0 * (cpu - last_cpu) / (now - last_time),
+            WORKERS_CPU: 100.0 * workers_cpu / (now - last_time),
+            PROCESS_RSS: self._process.memory_info().rss / BYTES_PER_GB,
+            WORKERS_RSS: workers_rss / BYTES_PER_GB,
+        }
+        if total > last_total:  # no clock tick since the last read: nothing measured
+            values[SYSTEM_CPU] = max(0.0, 100.0 * (busy - last_busy) / (total - last_total))  # no -1e-9
+        self._last = (now, cpu, busy, total)
+        return values, len(self._workers)
+
+
+def usable_cpu_count() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. under SLURM or taskset), else all cores."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
