@@ -11,7 +11,6 @@ import warnings
 from time import perf_counter
 from typing import Any, Literal
 
-import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
@@ -21,10 +20,10 @@ from lightning_perf.collect import fetch_timing as fetcher_hooks
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
-from lightning_perf.collect.settings_fingerprint import model_has_conv
 from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers as tensorboard
 from lightning_perf.output import windows
+from lightning_perf.probes.cudnn_benchmark import BatchSpec
 
 KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
 
@@ -39,8 +38,8 @@ _RUNTIME_ATTRS = (
     "_fit_started",
     "_started_at",
     "_hp_placeholder",
-    "_ab_input",
-    "_keep_ab_input",
+    "_ab_spec",
+    "_keep_ab_spec",
 )
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(PerfConfig)}
 _EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
@@ -146,8 +145,8 @@ class PerfCallback(Callback):
         self._fit_started = 0.0
         self._started_at: str | None = None
         self._hp_placeholder = False
-        self._ab_input: torch.Tensor | None = None
-        self._keep_ab_input = False
+        self._ab_spec: BatchSpec | None = None
+        self._keep_ab_spec = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -220,12 +219,9 @@ class PerfCallback(Callback):
         if self._reducer is not None:
             self._reducer.check_batch_counts(trainer.num_training_batches)  # collective, on every rank
         tensorboard.write_custom_scalars_layout(trainer)
-        device = trainer.strategy.root_device
-        # one real batch is kept for the cudnn.benchmark A/B, only where that A/B applies
-        self._ab_input = None
-        self._keep_ab_input = (
-            self.config.ab_cudnn_benchmark and device.type == "cuda" and bool(model_has_conv(pl_module))
-        )
+        # the shape, dtype and memory format of a batch (not the batch) for the cudnn.benchmark A/B
+        self._ab_spec = None
+        self._keep_ab_spec = self.config.ab_cudnn_benchmark  # on every rank: under DDP all ranks run it
         if self.config.utilization:
             self._start_sampler(trainer)
 
@@ -243,8 +239,8 @@ class PerfCallback(Callback):
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self._keep_ab_input and self._ab_input is None:
-            self._ab_input = first_tensor(batch)
+        if self._keep_ab_spec and self._ab_spec is None:
+            self._ab_spec = BatchSpec.of(first_tensor(batch))
 
     @override
     def on_train_batch_end(
@@ -407,10 +403,10 @@ class PerfCallback(Callback):
             log_dir=self._trace_dir,
             sampler=sampler,
             reducer=self._reducer if collective else None,
-            ab_input=self._ab_input,
+            ab_spec=self._ab_spec,
             hp_placeholder=self._hp_placeholder,
         )
-        self._ab_input = None
+        self._ab_spec = None
         if summary is not None:
             self.last_summary = summary
         if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):

@@ -20,8 +20,9 @@ from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.schedule import ProfileSchedule
 from lightning_perf.collect.settings_fingerprint import collect_settings, train_dataloader
+from lightning_perf.collect.step_clock import STEP_TIME_MS
 from lightning_perf.output import loggers as tensorboard
-from lightning_perf.probes.cudnn_benchmark import cudnn_benchmark_ab
+from lightning_perf.probes.cudnn_benchmark import BatchSpec, run_on_ranks
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 # the verdicts for which probe_num_workers="auto" measures the DataLoader
 _PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
+# the kind of our gather that asks every rank whether it can run the cudnn.benchmark A/B (windows are 1, final 2)
+_AB_READY = 3.0
 
 
 def now() -> str:
@@ -74,8 +77,6 @@ def analyse(
     summary: RunSummary,
     *,
     status: str,
-    ab_input: Any,
-    ab_cudnn_benchmark: bool,
     probe_num_workers: str,
     probe_budget_s: float,
 ) -> None:
@@ -83,10 +84,6 @@ def analyse(
     from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
 
     if status == "finished":
-        if ab_cudnn_benchmark:
-            summary.probes["cudnn_benchmark"] = cudnn_benchmark_ab(
-                trainer.lightning_module, ab_input, trainer.strategy.root_device
-            )
         verdict = input_bound_verdict(summary.timing.data_wait_pct)
         wanted = probe_num_workers == "always" or (
             probe_num_workers == "auto" and verdict in _PROBED_VERDICTS
@@ -100,6 +97,25 @@ def analyse(
                 probe(dataloader, compute, budget_s=probe_budget_s)
             )
     summary.findings = diagnose(summary)
+
+
+def cudnn_ab(trainer: Any, spec: BatchSpec | None, reducer: RankReducer | None) -> dict[str, Any]:
+    """The cudnn.benchmark A/B on this rank, all ranks together under DDP (``reducer`` given) or not at all."""
+
+    def agree(ready: bool) -> bool:
+        # a gather on the reducer's bounded gloo group: a rank that cannot run makes every rank skip
+        per_rank = reducer.gather(_AB_READY, {STEP_TIME_MS: float(ready)})
+        return per_rank is not None and all(row.get(STEP_TIME_MS) == 1.0 for row in per_rank)
+
+    distributed = reducer is not None and reducer.distributed and not reducer.failed
+    return run_on_ranks(
+        trainer.lightning_module,
+        spec,
+        trainer.strategy.root_device,
+        world_size=int(trainer.world_size),
+        agree=agree if distributed else None,
+        precision_plugin=trainer.precision_plugin,
+    )
 
 
 def write(
@@ -147,7 +163,7 @@ def complete(
     log_dir: str | None,
     sampler: Any,
     reducer: RankReducer | None,
-    ab_input: Any,
+    ab_spec: BatchSpec | None,
     hp_placeholder: bool,
 ) -> RunSummary | None:
     """Summarise, diagnose and write one finished run. Never raises: the run's own outcome wins.
@@ -166,13 +182,16 @@ def complete(
         )
         if reducer is not None and reducer.distributed:
             summary.ranks = rank_table(reducer, summary)
-        if session.stage == "fit" and trainer.is_global_zero and config.diagnose:
+        fit = session.stage == "fit" and config.diagnose
+        if fit and status == "finished" and config.ab_cudnn_benchmark:  # on every rank: see run_on_ranks
+            ab = cudnn_ab(trainer, ab_spec, reducer)
+            if trainer.is_global_zero:
+                summary.probes["cudnn_benchmark"] = ab
+        if fit and trainer.is_global_zero:
             analyse(
                 trainer,
                 summary,
                 status=status,
-                ab_input=ab_input,
-                ab_cudnn_benchmark=config.ab_cudnn_benchmark,
                 probe_num_workers=config.probe_num_workers,
                 probe_budget_s=config.probe_budget_s,
             )
