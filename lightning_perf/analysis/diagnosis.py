@@ -12,6 +12,7 @@ from Lightning or torch.
 from __future__ import annotations
 
 from lightning_perf.analysis import rules_device, rules_input, rules_run
+from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.analysis.thresholds import (
@@ -45,7 +46,7 @@ def diagnose(summary: RunSummary) -> list[Finding]:
     """All findings for ``summary``, most severe first (rule order within one severity)."""
     if not isinstance(summary, RunSummary):
         raise ValueError(f"summary: expected a RunSummary, got {type(summary).__name__}")
-    verdict = input_bound_verdict(summary.timing.data_wait_pct)
+    verdict = input_bound_verdict(input_wait(summary).value)
     findings: list[Finding] = []
     for rule in RULES:
         finding = rule(summary, verdict)

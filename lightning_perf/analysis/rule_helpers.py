@@ -96,6 +96,8 @@ def estimate_workers(summary: RunSummary) -> tuple[int, str] | None:
     if current is None or step is None or wait is None:
         return None
     compute = timing.compute_ms.median if timing.compute_ms is not None else step.median - wait.median
+    if timing.gpu_compute_ms is not None:  # the GPU's own time per step: host compute is understated when
+        compute = timing.gpu_compute_ms.median  # the host runs ahead of queued kernels
     if compute <= 0:
         return None
     load_ms = wait.median if current == 0 else current * step.median

@@ -5,6 +5,7 @@ Each rule is ``(summary, verdict) -> Finding | None``: silent when its evidence 
 
 from __future__ import annotations
 
+from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rule_helpers import (
@@ -26,8 +27,11 @@ from lightning_perf.analysis.thresholds import (
 def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     if verdict is None:
         return None
-    timing = summary.timing
-    evidence = f"DataLoader wait is {_fmt(timing.data_wait_pct)}% of step time" + medians(summary)
+    wait = input_wait(summary)
+    if wait.source == "host-side DataLoader wait":
+        evidence = f"DataLoader wait is {_fmt(wait.value)}% of step time" + medians(summary)
+    else:  # on a GPU: its own account, and which one
+        evidence = f"Input wait is {_fmt(wait.value)}% of step time ({wait.source})"
     if verdict == VERDICTS[2]:
         return Finding(
             id="input_bound",

@@ -88,6 +88,12 @@ class TimingSummary:
     checkpoint_s: float = 0.0
     # wall time from the first training batch to the end of training
     train_wall_s: float = 0.0
+    # On CUDA, from events recorded at each batch boundary (lightning_perf.collect.cuda_events): the time the
+    # GPU had no work while the DataLoader fetched, and GPU time per step; ``gpu_data_wait_pct`` is the
+    # former's share of GPU step time. Absent off CUDA or when no pair of events had completed.
+    gpu_data_wait_ms: Distribution | None = None
+    gpu_compute_ms: Distribution | None = None
+    gpu_data_wait_pct: float | None = None
 
 
 @dataclass
@@ -154,6 +160,15 @@ class Settings:
     host: str | None = None
     model_has_conv: bool | None = None
     input_shapes_vary: bool | None = None
+    # the training device's compute capability from torch (e.g. [8, 0]), with NVML on or off
+    compute_capability: list[int] | None = None
+    # torch.get_float32_matmul_precision(): "highest" (fp32), "high"/"medium" (TF32/bf16 tensor cores)
+    float32_matmul_precision: str | None = None
+    # torch.backends.cuda.matmul.allow_tf32 / torch.backends.cudnn.allow_tf32
+    matmul_allow_tf32: bool | None = None
+    cudnn_allow_tf32: bool | None = None
+    # the DataLoader already yields CUDA tensors (GPU-side decoding, a dataset on the GPU)
+    loader_yields_cuda: bool | None = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import fetch_timing
+from lightning_perf.collect.cuda_events import CudaStepEvents
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.step_clock import StepClock
 
@@ -75,6 +76,7 @@ class PerfSession:
 
     def before_fetch(self, t: float) -> None:
         self._boundary = t
+        self.clock.gpu_boundary()
         step = self.batches
         self.batches = step + 1
         if self.window is not None:
@@ -144,7 +146,8 @@ def open_session(
             "lightning-perf: training_step fetches its own batches (dataloader_iter); DataLoader wait "
             "cannot be measured at the fetch and is not reported."
         )
-    session = PerfSession(stage, StepClock(measure_data_wait=measure_wait), None, config.batch_size)
+    gpu = CudaStepEvents.for_device(trainer.strategy.root_device) if stage == "fit" else None
+    session = PerfSession(stage, StepClock(measure_wait, gpu), None, config.batch_size)
     if config.enable_profiler:
         activities = config.activities or _default_activities(trainer)
         session.window = ProfilerWindow(

@@ -14,6 +14,10 @@ The callback feeds it timestamps (``time.perf_counter()`` seconds) taken around 
 The first fetch of every epoch (iterator creation, worker start-up) is reported apart as
 ``epoch_start_ms`` and that batch is left out of the per-step figures. Steps are aggregated per logging
 window (means) and per run (median, p90). No Lightning import; no device synchronisation.
+
+On CUDA a :class:`~lightning_perf.collect.cuda_events.CudaStepEvents` rides along (``gpu``): the same
+protocol records CUDA events (``gpu_boundary()`` is called before each fetch), and the windows and the summary
+gain the GPU's own idle time during the fetch and its time per step.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from array import array
 
 from lightning_perf.analysis.summary import Distribution, TimingSummary
+from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
 
 # metric tags, logged per window (see README "Logged metrics")
 STEP_TIME_MS = "perf/step_time_ms"
@@ -35,9 +40,10 @@ EPOCH_START_MS = "perf/epoch_start_ms"
 class StepClock:
     """Accumulates per-step timings; see the module docstring for the protocol."""
 
-    def __init__(self, measure_data_wait: bool = True) -> None:
+    def __init__(self, measure_data_wait: bool = True, gpu: CudaStepEvents | None = None) -> None:
         # False when training_step fetches its own batches (``dataloader_iter``): the wait is not observable
         self.measure_data_wait = measure_data_wait
+        self.gpu = gpu if measure_data_wait else None
         self._open_start: float | None = None
         self._open_wait = 0.0
         self._open_samples: int | None = None
@@ -68,12 +74,19 @@ class StepClock:
         """``iter()`` on the loader took ``seconds`` (worker start-up); part of the epoch start."""
         self._pending_iter_s += seconds
 
+    def gpu_boundary(self) -> None:
+        """Before a fetch: the GPU mark of the boundary (nothing off CUDA)."""
+        if self.gpu is not None:
+            self.gpu.boundary()
+
     def batch(self, t_boundary: float, t_start: float, t_end: float, samples: int | None) -> None:
         # the common case costs two comparisons and _close: keep it that way, it runs on every step
         if self._gap_kind is not None:
             self._settle_gap(t_boundary)
         if self._open_start is not None:
             self._close(t_boundary)
+        if self.gpu is not None:
+            self.gpu.fetched(measured=not self._epoch_first)
         if self._epoch_first:
             self._epoch_first = False
             start_ms = (self._pending_iter_s + t_end - t_start) * 1e3
@@ -92,6 +105,8 @@ class StepClock:
 
     def interrupt(self, t: float, kind: str | None = None) -> None:
         """Close the open step at ``t``; charge the time until the next step to ``kind``."""
+        if self.gpu is not None:
+            self.gpu.interrupt()
         self._settle_gap(t)
         if self._open_start is not None:
             self._close(t)
@@ -120,7 +135,10 @@ class StepClock:
     def take_window(self) -> dict[str, float]:
         """Window metrics (means over the steps closed since the last call); resets the window."""
         start, self._window_start = self._window_start, len(self._step_ms)
-        return self._figures(start, self._window_start)
+        figures = self._figures(start, self._window_start)
+        if self.gpu is not None:
+            figures.update(self.gpu.take_window())
+        return figures
 
     def _figures(self, start: int, end: int) -> dict[str, float]:
         steps = end - start
@@ -158,6 +176,11 @@ class StepClock:
             summary.compute_ms = Distribution.of(
                 [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)]
             )
+        if self.gpu is not None:
+            self.gpu.drain()  # one sync, after training
+            summary.gpu_data_wait_ms = Distribution.of(self.gpu.idle_ms)
+            summary.gpu_compute_ms = Distribution.of(self.gpu.step_ms)
+            summary.gpu_data_wait_pct = self.gpu.run_figures().get(GPU_DATA_WAIT_PCT)
         return summary
 
     # -- internals ---------------------------------------------------------------------------------------

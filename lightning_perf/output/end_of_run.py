@@ -82,9 +82,10 @@ def analyse(
 ) -> None:
     """The measured probes (a finished run only), then the diagnosis, into ``summary``."""
     from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
+    from lightning_perf.analysis.gpu_measures import input_wait
 
     if status == "finished":
-        verdict = input_bound_verdict(summary.timing.data_wait_pct)
+        verdict = input_bound_verdict(input_wait(summary).value)
         wanted = probe_num_workers == "always" or (
             probe_num_workers == "auto" and verdict in _PROBED_VERDICTS
         )

@@ -335,7 +335,7 @@ def test_mixed_precision_by_compute_capability(cc, target):
     ],
 )
 def test_mixed_precision_only_from_full_precision(precision, found):
-    summary = make(gpu={"compute_capability": [8, 0]}, accelerator="gpu", precision=precision)
+    summary = make(gpu={"compute_capability": [7, 0]}, accelerator="gpu", precision=precision)
     assert (by_id(diagnose(summary), "mixed_precision") is not None) == found
 
 
