@@ -234,11 +234,14 @@ class PerfCallback(Callback):
         if not fetcher_hooks.is_instrumented(fetcher):  # reload_dataloaders_every_n_epochs made a new one
             fetcher_hooks.instrument(fetcher, session)
         session.clock.epoch_started()
+        self._pause_sampler()  # the epoch's first fetch (worker start-up) is not a step
 
     @override
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        if self._sampler is not None:
+            self._sampler.resume()  # utilization is kept over training steps, the intervals step timing covers
         if self._keep_ab_spec and self._ab_spec is None:
             self._ab_spec = BatchSpec.of(first_tensor(batch))
 
@@ -272,6 +275,11 @@ class PerfCallback(Callback):
         session.clock.interrupt(perf_counter(), kind)
         if session.window is not None:
             session.window.end_step_span()
+        self._pause_sampler()
+
+    def _pause_sampler(self) -> None:
+        if self._sampler is not None:
+            self._sampler.pause()
 
     def _flush_window(self, trainer: Trainer, session: PerfSession, collective: bool) -> None:
         sampled = self._sampler.take_window() if self._sampler is not None else {}

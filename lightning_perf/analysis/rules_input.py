@@ -59,6 +59,8 @@ def pin_memory(summary: RunSummary, verdict: str | None) -> Finding | None:
     settings = summary.settings
     if not on_cuda(summary) or settings.pin_memory is not False:
         return None
+    if settings.loader_yields_cuda:  # batches are already on the GPU: there is no host copy to pin for
+        return None
     # pageable host memory makes the host-to-device copy synchronous and slower; worth most when input-bound
     severity = "medium" if verdict in VERDICTS[:2] else "low"
     return Finding(

@@ -63,6 +63,7 @@ class ProfilerWindow:
         world_size: int = 1,
         backend: str | None = None,
         on_trace: Callable[[TraceFile, object], None] | None = None,
+        device: str | None = None,
     ) -> None:
         schedule = config.schedule
         self.config = config
@@ -74,6 +75,8 @@ class ProfilerWindow:
         self.backend = backend
         self.max_trace_bytes = config.max_trace_bytes
         self.on_trace = on_trace
+        # the rank's own device ("cuda:3" on local rank 3), for the memory timeline; None: the current one
+        self.device = device
         self.worker = worker_name(global_rank)
         self.traces: list[TraceFile] = []
         self.bytes_written = 0
@@ -272,7 +275,9 @@ class ProfilerWindow:
             and self.config.record_shapes
             and self.config.with_stack
         ):
-            device = "cuda:0" if "cuda" in self.activities else "cpu"
+            device = (
+                (self.device or f"cuda:{torch.cuda.current_device()}") if "cuda" in self.activities else "cpu"
+            )
             jobs.append(
                 (
                     "memory timeline",

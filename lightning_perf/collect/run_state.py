@@ -70,6 +70,7 @@ class PerfSession:
         self._boundary = 0.0  # when the current batch's boundary was reached
         self.shapes: set[tuple[int, ...]] = set()
         self.batch_size_seen: int | None = None
+        self.loader_yields_cuda: bool | None = None  # looked at on the first batch, as the loader yields it
         self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
 
     # -- fetcher listener --------------------------------------------------------------------------------
@@ -114,6 +115,8 @@ class PerfSession:
         shape = tensor.shape
         if self.batches & _SHAPE_CHECK_MASK == 1:  # input shapes are looked at on every 8th batch only
             self._note_shape(shape)
+            if self.loader_yields_cuda is None:
+                self.loader_yields_cuda = tensor.is_cuda
         if self.batch_size_override is not None:
             return self.batch_size_override
         if not shape:
@@ -158,6 +161,7 @@ def open_session(
             world_size=trainer.world_size,
             backend=_backend(),
             on_trace=(lambda trace, prof: on_trace(session, trace)) if "cuda" in activities else None,
+            device=str(trainer.strategy.root_device),
         )
     if not fetch_timing.instrument(fetcher, session):
         rank_zero_info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_perf.analysis.summary import Settings
-from lightning_perf.collect.utilization import usable_cpu_count
+from lightning_perf.collect.cpu_sampler import usable_cpu_count
 
 
 def train_dataloader(trainer: Any) -> DataLoader | None:
@@ -33,6 +33,7 @@ def collect_settings(
     dataloader: DataLoader | None,
     batch_size: int | None = None,
     input_shapes_vary: bool | None = None,
+    loader_yields_cuda: bool | None = None,
 ) -> Settings:
     import lightning
 
@@ -54,9 +55,15 @@ def collect_settings(
         host=socket.gethostname(),
         model_has_conv=model_has_conv(trainer.lightning_module),
         input_shapes_vary=input_shapes_vary,
+        float32_matmul_precision=torch.get_float32_matmul_precision(),
+        matmul_allow_tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+        cudnn_allow_tf32=bool(torch.backends.cudnn.allow_tf32),
+        loader_yields_cuda=loader_yields_cuda,
     )
     if device.type == "cuda":
         settings.gpu_name = torch.cuda.get_device_name(device)
+        # from torch, so the precision advice holds with NVML off (and on a MIG instance)
+        settings.compute_capability = list(torch.cuda.get_device_capability(device))
     if dataloader is not None:
         settings.num_workers = dataloader.num_workers
         settings.pin_memory = bool(dataloader.pin_memory)

@@ -60,7 +60,13 @@ def build_summary(
         global_rank=trainer.global_rank,
         world_size=trainer.world_size,
         timing=session.clock.summary(train_wall_s=wall_s),
-        settings=collect_settings(trainer, dataloader, session.batch_size_seen, session.input_shapes_vary),
+        settings=collect_settings(
+            trainer,
+            dataloader,
+            session.batch_size_seen,
+            session.input_shapes_vary,
+            session.loader_yields_cuda,
+        ),
         traces=list(session.window.traces) if session.window is not None else [],
     )
     if sampler is not None:
