@@ -39,7 +39,6 @@ _RUNTIME_ATTRS = (
     "_started_at",
     "_hp_placeholder",
     "_ab_spec",
-    "_keep_ab_spec",
 )
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(PerfConfig)}
 _EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
@@ -146,7 +145,6 @@ class PerfCallback(Callback):
         self._started_at: str | None = None
         self._hp_placeholder = False
         self._ab_spec: BatchSpec | None = None
-        self._keep_ab_spec = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -219,9 +217,7 @@ class PerfCallback(Callback):
         if self._reducer is not None:
             self._reducer.check_batch_counts(trainer.num_training_batches)  # collective, on every rank
         tensorboard.write_custom_scalars_layout(trainer)
-        # the shape, dtype and memory format of a batch (not the batch) for the cudnn.benchmark A/B
         self._ab_spec = None
-        self._keep_ab_spec = self.config.ab_cudnn_benchmark  # on every rank: under DDP all ranks run it
         if self.config.utilization:
             self._start_sampler(trainer)
 
@@ -234,7 +230,6 @@ class PerfCallback(Callback):
         if not fetcher_hooks.is_instrumented(fetcher):  # reload_dataloaders_every_n_epochs made a new one
             fetcher_hooks.instrument(fetcher, session)
         session.clock.epoch_started()
-        self._pause_sampler()  # the epoch's first fetch (worker start-up) is not a step
 
     @override
     def on_train_batch_start(
@@ -242,7 +237,8 @@ class PerfCallback(Callback):
     ) -> None:
         if self._sampler is not None:
             self._sampler.resume()  # utilization is kept over training steps, the intervals step timing covers
-        if self._keep_ab_spec and self._ab_spec is None:
+        if self.config.ab_cudnn_benchmark and self._ab_spec is None:  # on every rank: under DDP all run it
+            # the shape, dtype and memory format of a batch (not the batch) for the cudnn.benchmark A/B
             self._ab_spec = BatchSpec.of(first_tensor(batch))
 
     @override
@@ -275,10 +271,7 @@ class PerfCallback(Callback):
         session.clock.interrupt(perf_counter(), kind)
         if session.window is not None:
             session.window.end_step_span()
-        self._pause_sampler()
-
-    def _pause_sampler(self) -> None:
-        if self._sampler is not None:
+        if self._sampler is not None:  # until the next step: epoch ends, validation, checkpoints
             self._sampler.pause()
 
     def _flush_window(self, trainer: Trainer, session: PerfSession, collective: bool) -> None:
@@ -296,6 +289,7 @@ class PerfCallback(Callback):
             launcher = getattr(trainer.strategy, "launcher", None)
             other_ranks = [proc.pid for proc in getattr(launcher, "procs", None) or []]
             self._sampler = UtilSampler(self.config.util_interval_s, cuda_devices, exclude_pids=other_ranks)
+            self._sampler.pause()  # the first epoch's start is not a step: the first batch resumes it
             self._sampler.start()
         except Exception as err:
             warnings.warn(f"lightning-perf: utilization sampling is off: {err}", stacklevel=2)
