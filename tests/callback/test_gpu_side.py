@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from lightning_perf import PerfCallback
-from lightning_perf.probes.cudnn_benchmark import BatchSpec
 from tests.helpers import TinyModel, loader, trainer
 
 
@@ -51,5 +50,7 @@ def test_the_ab_keeps_a_spec_not_the_batch_during_the_run(tmp_path):
 
     callback = PerfCallback(enable_profiler=False, utilization=False, probe_num_workers="never")
     trainer(tmp_path, [callback]).fit(Peek(callback), loader(n=12))
+    from lightning_perf.probes.cudnn_benchmark import BatchSpec
+
     assert seen and all(isinstance(spec, BatchSpec) for spec in seen)
     assert seen[0].shape[0] == 4 and seen[0].dtype == torch.float32

@@ -15,12 +15,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.probes import cudnn_benchmark as probe
-from lightning_perf.probes.cudnn_benchmark import (
-    BatchSpec,
-    cudnn_benchmark_ab,
-    memory_shortfall,
-    run_on_ranks,
-)
 from tests.helpers import trainer
 
 
@@ -35,8 +29,8 @@ def conv_net(dropout: float = 0.0):
     )
 
 
-def spec_of(*shape, dtype=torch.float32) -> BatchSpec:
-    return BatchSpec(shape, dtype)
+def spec_of(*shape, dtype=torch.float32):
+    return probe.BatchSpec(shape, dtype)
 
 
 def test_runs_both_ways_and_restores_flag_buffers_grads_and_rng():
@@ -50,7 +44,7 @@ def test_runs_both_ways_and_restores_flag_buffers_grads_and_rng():
     buffers = [b.clone() for b in model.buffers()]
     rng = torch.random.get_rng_state()
     before = torch.backends.cudnn.benchmark
-    result = cudnn_benchmark_ab(model, spec_of(2, 3, 8, 8), torch.device("cpu"), force=True)
+    result = probe.cudnn_benchmark_ab(model, spec_of(2, 3, 8, 8), torch.device("cpu"), force=True)
     assert result["applies"] is True
     assert result["off_ms"] > 0 and result["on_ms"] > 0
     assert result["speedup"] == result["off_ms"] / result["on_ms"]
@@ -64,42 +58,42 @@ def test_runs_both_ways_and_restores_flag_buffers_grads_and_rng():
 
 def test_says_why_it_does_not_apply():
     model = conv_net()
-    assert "cpu" in cudnn_benchmark_ab(model, spec_of(1, 3, 8, 8), torch.device("cpu"))["reason"]
+    assert "cpu" in probe.cudnn_benchmark_ab(model, spec_of(1, 3, 8, 8), torch.device("cpu"))["reason"]
     linear = torch.nn.Linear(3, 1)
     assert (
-        cudnn_benchmark_ab(linear, spec_of(1, 3), torch.device("cuda"))["reason"]
+        probe.cudnn_benchmark_ab(linear, spec_of(1, 3), torch.device("cuda"))["reason"]
         == "the model has no convolutions"
     )
-    assert cudnn_benchmark_ab(model, None, torch.device("cuda"))["applies"] is False
+    assert probe.cudnn_benchmark_ab(model, None, torch.device("cuda"))["applies"] is False
 
 
 def test_a_forward_that_rejects_the_batch_is_reported_not_raised():
     model = conv_net()
     before = torch.backends.cudnn.benchmark
-    result = cudnn_benchmark_ab(model, spec_of(2, 5), torch.device("cpu"), force=True)
+    result = probe.cudnn_benchmark_ab(model, spec_of(2, 5), torch.device("cpu"), force=True)
     assert result["applies"] is False and "could not time" in result["reason"]
     assert torch.backends.cudnn.benchmark is before
 
 
 def test_keeps_the_batchs_shape_dtype_and_memory_format_not_the_batch():
     batch = torch.randn(4, 3, 6, 6).contiguous(memory_format=torch.channels_last)
-    spec = BatchSpec.of(batch)
+    spec = probe.BatchSpec.of(batch)
     alive = weakref.ref(batch)
     del batch
     gc.collect()
     assert alive() is None  # the spec holds no reference to the batch
-    assert spec == BatchSpec((4, 3, 6, 6), torch.float32, channels_last=True)
+    assert spec == probe.BatchSpec((4, 3, 6, 6), torch.float32, channels_last=True)
     made = spec.make(torch.device("cpu"))
     assert made.shape == (4, 3, 6, 6) and made.is_contiguous(memory_format=torch.channels_last)
-    tokens = BatchSpec.of(torch.ones(2, 5, dtype=torch.long)).make(torch.device("cpu"))
+    tokens = probe.BatchSpec.of(torch.ones(2, 5, dtype=torch.long)).make(torch.device("cpu"))
     assert tokens.dtype == torch.long and not tokens.any()
-    assert BatchSpec.of(torch.randn(1, 3, 1, 1)).channels_last is False  # ambiguous layout: the default
+    assert probe.BatchSpec.of(torch.randn(1, 3, 1, 1)).channels_last is False  # ambiguous layout: the default
 
 
 def test_bf16_true_is_timed_in_bf16_not_failed_on_a_dtype_error():
     model = conv_net().to(torch.bfloat16)
     model(torch.randn(2, 3, 8, 8, dtype=torch.bfloat16))
-    result = cudnn_benchmark_ab(
+    result = probe.cudnn_benchmark_ab(
         model,
         spec_of(2, 3, 8, 8),
         torch.device("cpu"),
@@ -115,7 +109,7 @@ def test_mixed_precision_passes_run_under_autocast():
     autocast = []
     model[0].register_forward_hook(lambda m, i, o: autocast.append(torch.is_autocast_enabled("cpu")))
     plugin = MixedPrecision("bf16-mixed", "cpu")
-    result = cudnn_benchmark_ab(
+    result = probe.cudnn_benchmark_ab(
         model, spec_of(2, 3, 8, 8), torch.device("cpu"), precision_plugin=plugin, force=True
     )
     assert result["applies"] is True
@@ -128,20 +122,20 @@ def test_not_enough_free_gpu_memory_skips(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 70 * gb)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 69 * gb)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 79 * gb)  # a step took 10 GB
-    reason = memory_shortfall(torch.device("cuda", 0))
+    reason = probe.memory_shortfall(torch.device("cuda", 0))
     assert "2.00 GB free" in reason and "10.00 GB" in reason
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 70 * gb)  # a step took 1 GB
-    assert memory_shortfall(torch.device("cuda", 0)) is None
+    assert probe.memory_shortfall(torch.device("cuda", 0)) is None
 
 
 def test_under_ddp_without_every_rank_no_rank_runs_it():
     model = conv_net()
     asked = []
-    result = run_on_ranks(
+    result = probe.run_on_ranks(
         model, spec_of(1, 3, 8, 8), torch.device("cpu"), world_size=2, agree=None, force=True
     )
     assert result["applies"] is False and "every rank" in result["reason"]
-    result = run_on_ranks(
+    result = probe.run_on_ranks(
         model,
         spec_of(1, 3, 8, 8),
         torch.device("cpu"),
