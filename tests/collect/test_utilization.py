@@ -15,16 +15,14 @@ from types import SimpleNamespace
 import pytest
 
 from lightning_perf.collect import cpu_sampler
-from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_MEM_UTIL, GPU_POWER, GPU_UTIL
-from lightning_perf.collect.utilization import (
+from lightning_perf.collect.cpu_sampler import (
     CPU_UTIL,
-    PROCESS_RSS,
     SYSTEM_CPU,
     WORKERS_CPU,
-    WORKERS_RSS,
     PsutilBackend,
-    UtilSampler,
 )
+from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_MEM_UTIL, GPU_POWER, GPU_UTIL
+from lightning_perf.collect.utilization import UtilSampler
 from tests.fake_nvml import (
     FakeGpu,
     FakeNvml,
@@ -493,8 +491,8 @@ def test_cpu_percentages_are_of_one_core_and_system_is_of_all():
     assert values[CPU_UTIL] == pytest.approx(200.0)
     assert values[WORKERS_CPU] == pytest.approx(150.0)  # primed at start: only the CPU since counts
     assert values[SYSTEM_CPU] == pytest.approx(37.5)
-    assert values[PROCESS_RSS] == pytest.approx(2.0)
-    assert values[WORKERS_RSS] == pytest.approx(2.0)
+    assert values[cpu_sampler.PROCESS_RSS] == pytest.approx(2.0)
+    assert values[cpu_sampler.WORKERS_RSS] == pytest.approx(2.0)
     assert workers == 2
 
 
