@@ -96,3 +96,32 @@ def test_pin_memory_silent_when_the_loader_already_yields_cuda_tensors():
         by_id(diagnose(make(accelerator="cuda", pin_memory=False, loader_yields_cuda=True)), "pin_memory")
         is None
     )
+
+
+def test_new_gpu_fields_round_trip_and_old_summaries_still_load(tmp_path):
+    from lightning_perf.analysis.summary import RunSummary
+
+    summary = make(accelerator="cuda", compute_capability=[9, 0], float32_matmul_precision="high")
+    summary.timing.gpu_data_wait_pct = 1.5
+    summary.timing.gpu_compute_ms = dist(20.0)
+    summary.utilization.gpu_metrics_unavailable = {"utilization": "Not Supported"}
+    summary.save(tmp_path / "new.json")
+    loaded = RunSummary.load(tmp_path / "new.json")
+    assert loaded.timing.gpu_compute_ms.median == 20.0 and loaded.settings.compute_capability == [9, 0]
+    assert loaded.utilization.gpu_metrics_unavailable == {"utilization": "Not Supported"}
+    old = summary.to_dict()
+    for section, names in {
+        "timing": ("gpu_data_wait_ms", "gpu_compute_ms", "gpu_data_wait_pct"),
+        "settings": (
+            "compute_capability",
+            "float32_matmul_precision",
+            "matmul_allow_tf32",
+            "loader_yields_cuda",
+        ),
+        "utilization": ("gpu_metrics_unavailable",),
+    }.items():
+        for name in names:
+            old[section].pop(name)
+    restored = RunSummary.from_dict(old)
+    assert restored.timing.gpu_data_wait_pct is None and restored.settings.compute_capability is None
+    assert restored.utilization.gpu_metrics_unavailable == {}
