@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from lightning_perf.traces.reader import DISTRIBUTED_INFO_KEY, TraceError, TraceReader
@@ -22,7 +22,7 @@ KERNEL_CATS = frozenset({"kernel"})
 MEMCPY_CATS = frozenset({"memcpy", "gpu_memcpy"})
 MEMSET_CATS = frozenset({"memset", "gpu_memset"})
 # "runtime" is the only name torch-tb-profiler 0.4.3 knows; torch 2.x writes cuda_runtime / cuda_driver.
-RUNTIME_CATS = frozenset({"runtime", "cuda_runtime", "cuda_driver"})
+RUNTIME_CATS = frozenset({"runtime", "cuda_runtime", "cuda_driver", "hip_runtime"})
 OPERATOR_CATS = frozenset({"cpu_op", "operator", "python"})
 PYTHON_FUNCTION_CAT = "python_function"
 # torch-tb-profiler's event_parser.py: these names are collectives whatever their category.
@@ -32,6 +32,10 @@ COMMUNICATION_OP_NAMES = frozenset(
     for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
 )
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+# Allocator samples: instant events named "[memory]" (profile_memory=True). "Total Allocated" since torch 1.10;
+# torch 1.9 wrote only the change ("Bytes"). Device Type is c10's DeviceType: 0 CPU, 1 CUDA (ROCm reports 1 too).
+MEMORY_EVENT_NAME = "[memory]"
+CUDA_DEVICE_TYPE = 1
 # Two float timestamps closer than this are the same instant: ts ~5e12 us carries ~0.001 us of rounding.
 TIME_TOLERANCE_US = 0.01
 
@@ -78,6 +82,15 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
     )
 
 
+class MemorySample(NamedTuple):
+    """One allocator event on a GPU: bytes allocated after it (a running sum of changes when the trace has no
+    totals: then relative to the first sample)."""
+
+    ts: float
+    device: int
+    allocated: float
+
+
 @dataclass
 class ParsedTrace:
     """What :func:`load_trace` keeps of one trace file."""
@@ -87,6 +100,16 @@ class ParsedTrace:
     # complete events but python_function ones (no analysis reads them; they are most of a with_stack trace)
     spans: list[Span]
     event_count: int
+    # GPU allocator samples in file order (empty unless the trace was recorded with profile_memory)
+    memory: list[MemorySample] = field(default_factory=list)
+    # the samples are totals ("Total Allocated"), not a running sum of changes from the first one
+    memory_has_totals: bool = False
+
+    @property
+    def device_properties(self) -> list[dict[str, Any]]:
+        """torch's ``deviceProperties`` (name, totalGlobalMem, computeMajor, ...), one per visible GPU."""
+        props = self.metadata.get("deviceProperties")
+        return [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
 
     @property
     def rank(self) -> int | None:
@@ -98,11 +121,17 @@ class ParsedTrace:
 def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
     """Stream one trace file into a :class:`ParsedTrace`. :class:`TraceError` naming the file on bad input."""
     spans: list[Span] = []
+    memory: list[MemorySample] = []
+    running: dict[int, float] = {}
+    has_totals = False
     count = 0
     with TraceReader(path) as reader:
         for event in reader.events():
             count += 1
             if event.get("cat") == PYTHON_FUNCTION_CAT:
+                continue
+            if event.get("name") == MEMORY_EVENT_NAME:
+                has_totals = _add_memory_sample(event, memory, running) or has_totals
                 continue
             try:
                 span = span_of(event)
@@ -110,7 +139,30 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
                 raise TraceError(f"{reader.path}: traceEvents[{count - 1}]: {err}") from None
             if span is not None:
                 spans.append(span)
-        return ParsedTrace(reader.path, reader.metadata, spans, count)
+        return ParsedTrace(reader.path, reader.metadata, spans, count, memory, has_totals)
+
+
+def _add_memory_sample(
+    event: Mapping[str, Any], memory: list[MemorySample], running: dict[int, float]
+) -> None:
+    args = event.get("args")
+    ts = event.get("ts")
+    if not isinstance(args, dict) or not isinstance(ts, (int, float)):
+        return
+    if args.get("Device Type") != CUDA_DEVICE_TYPE:
+        return
+    device = args.get("Device Id", 0)
+    device = device if isinstance(device, int) else 0
+    total = args.get("Total Allocated")
+    if not isinstance(total, (int, float)):
+        change = args.get("Bytes")
+        if not isinstance(change, (int, float)):
+            return False
+        running[device] = running.get(device, 0.0) + change
+        memory.append(MemorySample(float(ts), device, running[device]))
+        return False
+    memory.append(MemorySample(float(ts), device, float(total)))
+    return True
 
 
 def as_spans(events: Iterable[Mapping[str, Any] | Span]) -> Iterator[Span]:
