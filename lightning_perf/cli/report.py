@@ -8,14 +8,8 @@ import sys
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.cli.common import EXIT_OK, add_format, error
 from lightning_perf.traces.reader import TraceError
-from lightning_perf.traces.report import (
-    DEFAULT_TOP,
-    ReportError,
-    build_report,
-    render_json,
-    render_markdown,
-    render_text,
-)
+from lightning_perf.traces.report import DEFAULT_TOP, ReportError, build_report
+from lightning_perf.traces.report_render import render_json, render_markdown, render_text
 
 HELP = "Report a run's profiler traces: step time breakdown, top operators, GPU kernel-busy share, findings."
 PROG = "lightning-perf report"
