@@ -41,6 +41,7 @@ BLOCKING_COPY_MIN_US = 50.0
 # Copies that involve pageable host memory are synchronous for the host (CUDA Runtime API, "API
 # synchronization behavior"): the memcpy's name says which memory it used.
 PAGEABLE_MARKER = "Pageable"
+DEVICE_TO_DEVICE = "DtoD"
 # Runtime calls that launch GPU work: their host time is the launch overhead.
 LAUNCH_CALL_MARKERS = ("LaunchKernel", "GraphLaunch", "LaunchCooperativeKernel", "ModuleLaunchKernel")
 
@@ -92,13 +93,16 @@ def copy_names_by_correlation(spans: Iterable[Span]) -> dict[Any, str]:
 
 
 def is_blocking(call: Span, copy_name: str | None) -> bool:
-    """A sync call; a synchronous copy; an asynchronous copy from or to pageable memory or that waited long."""
+    """A sync call; a synchronous copy; an asynchronous copy from or to pageable memory, or between host and
+    device (or of unknown kind) that waited long."""
     if call.name in SYNC_CALLS:
         return True
     if call.name not in ASYNC_COPY_CALLS:
         return False
     if copy_name is not None and PAGEABLE_MARKER in copy_name:
         return True
+    if copy_name is not None and DEVICE_TO_DEVICE in copy_name:
+        return False  # never waits for the copy: a long call is a full launch queue (the GPU is behind)
     return call.end - call.start >= BLOCKING_COPY_MIN_US
 
 
