@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import zlib
 from typing import Any
 
 from lightning_perf.analysis.rules_trace import diagnose_trace
@@ -38,9 +39,11 @@ from lightning_perf.traces.gpu_figures import trace_figures
 from lightning_perf.traces.reader import GZIP_MAGIC
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+TORCH_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 # How far into a file to look for the traceEvents key: torch writes it after deviceProperties (~0.5 KiB a GPU),
 # HTA's and Chrome's traces first. 1 MiB is far beyond either and costs a few ms.
 SNIFF_CHARS = 1 << 20
+_SNIFF_CHUNK = 1 << 16
 DEFAULT_TOP = 10
 REPORT_SCHEMA = "lightning-perf/report"
 REPORT_SCHEMA_VERSION = 2
@@ -52,16 +55,21 @@ class ReportError(LightningPerfError):
 
 
 def is_trace_file(path: str) -> bool:
-    """Whether ``path`` is a Chrome/Kineto trace by content: a JSON object with a ``traceEvents`` key near its
-    start, plain or gzip. Unreadable files and other JSON are not traces (no error)."""
+    """Whether ``path`` is a Chrome/Kineto trace: named ``*.pt.trace.json[.gz]`` (torch's own name: a broken one
+    is reported, not skipped), or a JSON object with a ``traceEvents`` key near its start, plain or gzip.
+    Unreadable files and other JSON are not traces (no error)."""
+    if path.endswith(TORCH_SUFFIXES):
+        return True
+    head = ""
     try:
         with open(path, "rb") as fh:
             gz = fh.read(2) == GZIP_MAGIC
         opener = gzip.open if gz else open
         with opener(path, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-            head = fh.read(SNIFF_CHARS)
-    except (OSError, EOFError):
-        return False
+            while len(head) < SNIFF_CHARS and (chunk := fh.read(_SNIFF_CHUNK)):
+                head += chunk
+    except (OSError, EOFError, zlib.error):
+        pass  # a truncated file still shows its start
     return head.lstrip().startswith("{") and '"traceEvents"' in head
 
 
