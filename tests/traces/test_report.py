@@ -114,9 +114,8 @@ def test_findings_from_the_summary(run_dir, capsys):
         assert text in out
     _, out, _ = run_report(capsys, run_dir, "--format", "json")
     data = json.loads(out)
-    assert data["findings"] == [
-        {key: getattr(finding, key) for key in ("id", "severity", "title", "evidence", "recommendation")}
-    ]
+    keys = ("id", "severity", "title", "evidence", "recommendation", "settings_change")
+    assert data["findings"] == [{key: getattr(finding, key) for key in keys}]
     assert data["summary"]["run_name"] == "demo" and data["summary"]["data_wait_pct"] == 42.0
     _, out, _ = run_report(capsys, run_dir, "--format", "markdown")
     assert "**[warning] Training is input-bound**" in out
