@@ -39,6 +39,8 @@ class TraceFigures:
     step_ms: float | None = None
     # torch-tb-profiler's Overview shares (DataLoader, CPU Exec, Kernel, ...), percent of the step
     breakdown_pct: dict[str, float] = field(default_factory=dict)
+    # the same categories per step, in ms (the stacked bars of the chart)
+    steps_ms: list[dict[str, float]] = field(default_factory=list)
     dataloader_pct: float | None = None
     device_name: str | None = None
     compute_capability: list[int] | None = None

@@ -69,7 +69,8 @@ class PerfSession:
         self._boundary = 0.0  # when the current batch's boundary was reached
         self.shapes: set[tuple[int, ...]] = set()
         self.batch_size_seen: int | None = None
-        self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
+        # (path, global step) of each saved cycle with CUDA activity, read after the last step
+        self.cuda_traces: list[tuple[str, int]] = []
 
     # -- fetcher listener --------------------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ def trace_figures(parsed: ParsedTrace) -> TraceFigures:
     figures.step_ms = average["total"] / _US_PER_MS
     figures.breakdown_pct = {c: 100.0 * average[c] / average["total"] for c in CATEGORIES}
     figures.dataloader_pct = figures.breakdown_pct["dataloader"]
+    figures.steps_ms = [{c: s.categories[c] / _US_PER_MS for c in CATEGORIES} for s in breakdown.steps]
     timeline = gpu_timeline(spans, host_steps)
     if timeline is None:
         return figures
