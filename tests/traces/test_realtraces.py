@@ -157,3 +157,24 @@ def test_one_trace_file_and_several_ranks_in_one_folder(realtraces, tmp_path):
     assert [row["rank"] for row in ranks["rows"]] == [0, 1]
     steps = [row["step_ms"] for row in ranks["rows"]]
     assert ranks["spread"]["step_ms"] == pytest.approx(max(steps) - min(steps), abs=0.002)
+
+
+def test_report_command_prints_figures_and_findings_and_writes_the_png(realtraces, tmp_path, capsys):
+    from matplotlib.image import imread
+
+    from lightning_perf import cli
+
+    for folder in ("ddp_a100_rank0", "ddp_a100_rank1_of2"):
+        for path in find_traces(str(realtraces / folder)):
+            os.symlink(path, tmp_path / os.path.basename(path))
+    png = tmp_path / "chart.png"
+    assert cli.main(["report", str(tmp_path), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "GPU timeline (HTA): idle 7.5%, compute 68.3%, non-compute 24.2%" in out
+    assert "largest cudaMemcpyAsync from aten::item > aten::_local_scalar_dense" in out
+    assert "Communication: 41.9 ms a step" in out
+    assert "Across ranks:" in out and "Findings from this trace:" in out
+    height, width, _ = imread(png).shape
+    assert width == 1100 and height == 2 * 280  # one row a trace
+    assert cli.main(["report", str(tmp_path), "--png", str(tmp_path / "missing" / "c.png")]) == 2
+    assert "cannot write the chart" in capsys.readouterr().err
