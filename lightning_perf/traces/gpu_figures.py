@@ -11,6 +11,7 @@ Standard library only. Times in the trace are microseconds; the figures are per 
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from collections import defaultdict
@@ -18,8 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_perf.analysis.trace_figures import BlockingCall, MemcpyKind, TraceFigures
-from lightning_perf.traces.breakdown import CATEGORIES, step_breakdown
+from lightning_perf.traces.breakdown import CATEGORIES, Breakdown, step_breakdown
 from lightning_perf.traces.gpu_timeline import (
+    GPU_CATS,
     busy_pct,
     exposed_communication_us,
     gpu_timeline,
@@ -81,20 +83,23 @@ _BYTES_PER_MB = 1e6
 _BYTES_PER_GB = 1024**3
 
 
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
 def uses_tensor_cores(kernel_name: str) -> bool:
     return any(marker in kernel_name for marker in TENSOR_CORE_MARKERS)
 
 
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
 def is_tensor_core_eligible(operator: str | None) -> bool:
     return operator is not None and TENSOR_CORE_ELIGIBLE.search(operator) is not None
 
 
-def trace_figures(parsed: ParsedTrace) -> TraceFigures:
-    """All figures of one trace (see :class:`TraceFigures`); a CPU-only trace fills the host ones only."""
+def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> TraceFigures:
+    """All figures of one trace (see :class:`TraceFigures`); a CPU-only trace fills the host ones only.
+    ``breakdown``: the trace's :func:`step_breakdown` when the caller has it already."""
     spans = parsed.spans
     figures = TraceFigures(source=parsed.path, rank=parsed.rank)
     _device(figures, parsed)
-    breakdown = step_breakdown(spans)
+    breakdown = step_breakdown(spans) if breakdown is None else breakdown
     steps = [StepSpan(s.step or 0, s.start, s.end) for s in breakdown.steps]
     host_steps = step_spans(spans)
     window = window_of(steps)
@@ -107,24 +112,27 @@ def trace_figures(parsed: ParsedTrace) -> TraceFigures:
     figures.breakdown_pct = {c: 100.0 * average[c] / average["total"] for c in CATEGORIES}
     figures.dataloader_pct = figures.breakdown_pct["dataloader"]
     figures.steps_ms = [{c: s.categories[c] / _US_PER_MS for c in CATEGORIES} for s in breakdown.steps]
-    timeline = gpu_timeline(spans, host_steps)
+    # the GPU activities and runtime calls apart once: most figures read only these (a fifth of the events)
+    gpu = [s for s in spans if s.cat in GPU_CATS]
+    gpu_and_runtime = gpu + [s for s in spans if s.cat in RUNTIME_CATS]
+    timeline = gpu_timeline(gpu_and_runtime, host_steps)
     if timeline is None:
         return figures
     figures.idle_pct, figures.compute_pct = timeline.idle_pct, timeline.compute_pct
     figures.non_compute_pct = timeline.non_compute_pct
-    figures.kernel_busy_pct = busy_pct(spans, window)
-    figures.compute_busy_pct = busy_pct(spans, window, compute_only=True)
-    idle = idle_ranges(spans, window)
+    figures.kernel_busy_pct = busy_pct(gpu, window)
+    figures.compute_busy_pct = busy_pct(gpu, window, compute_only=True)
+    idle = idle_ranges(gpu, window)
     figures.step_idle_pct = 100.0 * ranges_length(idle) / (window[1] - window[0])
     issuers = issuing_operators(spans)
     figures.host_during_idle_pct = _host_during_idle(spans, idle, issuers)
-    _kernels(figures, spans, window, n)
-    _host(figures, spans, host_steps, n, issuers)
-    comm, exposed = exposed_communication_us(spans, window)
+    _kernels(figures, gpu, window, n)
+    _host(figures, gpu_and_runtime, host_steps, n, issuers)
+    comm, exposed = exposed_communication_us(gpu, window)
     figures.communication_ms_per_step = comm / n / _US_PER_MS
     figures.exposed_communication_ms_per_step = exposed / n / _US_PER_MS
-    _copies(figures, spans, window, n)
-    _tensor_cores(figures, spans, window, issuers)
+    _copies(figures, gpu, window, n)
+    _tensor_cores(figures, gpu_and_runtime, window, issuers)
     _memory(figures, parsed, steps)
     return figures
 

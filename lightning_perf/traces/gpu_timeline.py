@@ -19,6 +19,7 @@ Standard library only. Times are in microseconds, as in the trace.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ COMMUNICATION_KERNEL_MARKERS = ("nccl", "rccl")
 GPU_CATS = KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS
 
 
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
 def is_communication_kernel(name: str) -> bool:
     lowered = name.lower()
     return any(marker in lowered for marker in COMMUNICATION_KERNEL_MARKERS)

@@ -11,6 +11,7 @@ Standard library only. Times are in microseconds, as in the trace.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -58,6 +59,7 @@ class Issuer(NamedTuple):
         return self.outer if self.inner in (None, self.outer) else f"{self.outer} > {self.inner}"
 
 
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
 def is_launch(name: str) -> bool:
     return any(marker in name for marker in LAUNCH_CALL_MARKERS)
 

@@ -164,9 +164,9 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = Tru
     """One trace file's section of the report. :class:`TraceError` naming the file on bad input.
     ``with_input_rule=False`` leaves the input-bound verdict to the run summary."""
     parsed = load_trace(path)
-    figures = trace_figures(parsed)
-    findings = [f for f in diagnose_trace(figures) if with_input_rule or f.id != "input_bound"]
     breakdown = step_breakdown(parsed.spans)
+    figures = trace_figures(parsed, breakdown)
+    findings = [f for f in diagnose_trace(figures) if with_input_rule or f.id != "input_bound"]
     steps = breakdown.steps
     average = breakdown.average()
     info = parsed.metadata.get("distributedInfo")
