@@ -67,8 +67,14 @@ def test_rank0_steps_are_aligned_to_the_gpu_work_they_launched(realtraces):
     assert figures.breakdown_pct["kernel"] == pytest.approx(96.5, abs=1.0)
 
 
-# HolisticTraceAnalysis's get_temporal_breakdown (README table)
-HTA = {"ddp_a100_rank0": (2.63, 96.75, 0.62), "ddp_a100_rank1_of2": (7.47, 68.31, 24.23)}
+# HolisticTraceAnalysis 0.5.0's get_temporal_breakdown: the README table for the DDP traces; the resnet ones
+# measured by benchmarks/bench_report_tools.py (HTA in its own venv) on 2026-12-03
+HTA = {
+    "ddp_a100_rank0": (2.63, 96.75, 0.62),
+    "ddp_a100_rank1_of2": (7.47, 68.31, 24.23),
+    "resnet50_v100_workers0": (39.43, 59.35, 1.22),
+    "resnet50_v100_workers4": (24.32, 73.23, 2.45),
+}
 
 
 @pytest.mark.parametrize("folder", sorted(HTA))
