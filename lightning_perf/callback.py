@@ -25,8 +25,6 @@ from lightning_perf.output import loggers as tensorboard
 from lightning_perf.output import windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
 
-KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
-
 log = logging.getLogger("lightning_perf")
 
 _RUNTIME_ATTRS = (
@@ -192,20 +190,8 @@ class PerfCallback(Callback):
         return open_session(trainer, stage, fetcher, self.config, self._trace_dir, on_trace)
 
     def _trace_written(self, trainer: Trainer, session: PerfSession, trace: TraceFile) -> None:
-        """A cycle with CUDA activity was saved: its kernel-busy share, as torch-tb-profiler computes it."""
-        from lightning_perf.traces import analysis as trace_analysis
-        from lightning_perf.traces import reader as traces
-
-        path = os.path.join(session.window.trace_dir, trace.path)
-        try:
-            busy = trace_analysis.kernel_busy_pct(traces.iter_events(path))
-        except Exception as err:
-            log.warning("lightning-perf: could not read kernel activity from %s: %s", path, err)
-            return
-        if busy is not None:
-            session.kernel_busy_pct.append(busy)
-            if session.stage == "fit":
-                tensorboard.log_metrics(trainer, {KERNEL_BUSY_PCT: busy}, trainer.global_step)
+        """A cycle with CUDA activity was saved: read once after the last step (output.trace_findings)."""
+        session.cuda_traces.append((os.path.join(session.window.trace_dir, trace.path), trainer.global_step))
 
     # -- training ------------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.errors import LightningPerfError
 
 SUMMARY_FILENAME = "perf_summary.json"
@@ -107,6 +108,8 @@ class GpuUtilization:
     peak_mem_used_gb: float | None = None
     power_w: float | None = None
     kernel_busy_pct: float | None = None
+    # the same without communication kernels (NCCL/RCCL waiting for a peer is not work)
+    compute_busy_pct: float | None = None
     compute_capability: list[int] | None = None
     # kernel-busy counting compute kernels only (no NCCL/communication), from the traces
     compute_busy_pct: float | None = None
@@ -222,6 +225,8 @@ class RunSummary:
     ranks: list[RankStats] = field(default_factory=list)
     # results of measured probes (num_workers sweep, cudnn.benchmark A/B), free-form by probe name
     probes: dict[str, Any] = field(default_factory=dict)
+    # what each profiled cycle with CUDA activity shows (traces.gpu_figures), in the order recorded
+    trace_figures: list[TraceFigures] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

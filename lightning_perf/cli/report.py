@@ -8,22 +8,26 @@ import sys
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.cli.common import EXIT_OK, add_format, error
 from lightning_perf.traces.reader import TraceError
-from lightning_perf.traces.report import (
-    DEFAULT_TOP,
-    ReportError,
-    build_report,
-    render_json,
-    render_markdown,
-    render_text,
-)
+from lightning_perf.traces.report import DEFAULT_TOP, ReportError, build_report
+from lightning_perf.traces.report_render import render_json, render_markdown, render_text
 
-HELP = "Report a run's profiler traces: step time breakdown, top operators, GPU kernel-busy share, findings."
+HELP = (
+    "Report profiler traces (a run dir, any folder or one trace file): step breakdown, GPU timeline, blocking "
+    "calls, copies, tensor cores, memory, findings."
+)
 PROG = "lightning-perf report"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run's log dir (traces and perf_summary.json)")
+    parser.add_argument(
+        "run_dir",
+        metavar="PATH",
+        help="a run's log dir (traces and perf_summary.json), any folder of Chrome/Kineto traces, or one trace",
+    )
     add_format(parser)
+    parser.add_argument(
+        "--png", metavar="FILE", help="also write the per-step breakdown and GPU timeline shares as a PNG"
+    )
     parser.add_argument(
         "--top", type=_positive_int, default=DEFAULT_TOP, metavar="N", help="operators to list (default: 10)"
     )
@@ -44,6 +48,19 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(args.run_dir, top=args.top)
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
         return error(PROG, err)
+    if args.png and report["traces"]:
+        from lightning_perf.output.trace_chart import write_png
+
+        sections = [
+            (t["file"] + ("" if t["rank"] is None else f" (rank {t['rank']})"), t["figures"])
+            for t in report["traces"]
+        ]
+        try:
+            write_png(sections, args.png)
+        except OSError as err:
+            return error(
+                PROG, ReportError(f"--png {args.png}: cannot write the chart: {err.strerror or err}")
+            )
     renderers = {"text": render_text, "markdown": render_markdown, "json": render_json}
     sys.stdout.write(renderers[args.format](report))
     return EXIT_OK

@@ -71,7 +71,8 @@ class PerfSession:
         self.shapes: set[tuple[int, ...]] = set()
         self.batch_size_seen: int | None = None
         self.loader_yields_cuda: bool | None = None  # looked at on the first batch, as the loader yields it
-        self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
+        # (path, global step) of each saved cycle with CUDA activity, read after the last step
+        self.cuda_traces: list[tuple[str, int]] = []
 
     # -- fetcher listener --------------------------------------------------------------------------------
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import statistics
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, GpuUtilization, RunSummary
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.schedule import ProfileSchedule
 from lightning_perf.collect.settings_fingerprint import collect_settings, train_dataloader
 from lightning_perf.collect.step_clock import STEP_TIME_MS
 from lightning_perf.output import loggers as tensorboard
+from lightning_perf.output import trace_findings
 from lightning_perf.probes.cudnn_benchmark import BatchSpec, run_on_ranks
 
 if TYPE_CHECKING:
@@ -71,10 +71,7 @@ def build_summary(
     )
     if sampler is not None:
         summary.utilization = sampler.summary()
-    if session.kernel_busy_pct:
-        gpu = summary.utilization.gpu or GpuUtilization()
-        gpu.kernel_busy_pct = statistics.fmean(session.kernel_busy_pct)
-        summary.utilization.gpu = gpu
+    trace_findings.read_cycles(trainer, session.cuda_traces, summary)
     return summary
 
 
@@ -104,6 +101,7 @@ def analyse(
                 probe(dataloader, compute, budget_s=probe_budget_s)
             )
     summary.findings = diagnose(summary)
+    summary.findings = trace_findings.with_trace_findings(summary)
 
 
 def cudnn_ab(trainer: Any, spec: BatchSpec | None, reducer: RankReducer | None) -> dict[str, Any]:
@@ -140,6 +138,7 @@ def write(
         markdown = render_markdown(summary.findings, summary)
         tensorboard.add_text(trainer, "perf/diagnosis", markdown, trainer.global_step)
         rank_zero_info(render_console(summary.findings))
+    trace_findings.log_chart(trainer, summary)
     if "num_workers" in summary.probes:
         tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
     if log_hparams:

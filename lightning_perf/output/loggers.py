@@ -64,6 +64,7 @@ CUSTOM_SCALARS_LAYOUT = {
             [
                 r"perf/gpu_util_pct",
                 r"perf/gpu_kernel_busy_pct",
+                r"perf/gpu_compute_busy_pct",
                 r"perf/cpu_util_pct",
                 r"perf/dataloader_workers",
             ],

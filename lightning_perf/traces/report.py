@@ -1,6 +1,11 @@
-"""``lightning-perf report RUN_DIR``: what a run's profiler traces and diagnosis say, in one page.
+"""``lightning-perf report PATH``: what a run's profiler traces and diagnosis say, in one page.
 
-For every ``*.pt.trace.json[.gz]`` in RUN_DIR (one profiled cycle each): the time of each ProfilerStep split
+PATH is a run dir, any folder or one trace file. Every Chrome/Kineto trace directly in the folder counts,
+recognised by its content whatever its name (``*.pt.trace.json[.gz]``, HTA's ``rank-N.json.gz``, ``test.json.gz``);
+other JSON (``perf_summary.json``, hparams) is skipped silently. For every trace (one profiled cycle each): the
+figures of :func:`lightning_perf.traces.gpu_figures.trace_figures` (GPU timeline, blocking calls, copies, tensor
+cores, memory) and their findings (:mod:`lightning_perf.analysis.rules_trace`); several ranks get a cross-rank
+table. Also the time of each ProfilerStep split
 into torch-tb-profiler's Overview categories (DataLoader, CPU Exec, Kernel, Memcpy, Memset, Communication,
 Runtime, Other; see :func:`lightning_perf.traces.analysis.step_breakdown`) and their averages, the top
 operators by self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings
@@ -11,15 +16,18 @@ Exit codes: 0 ok; 2 for a missing RUN_DIR, a RUN_DIR with neither traces nor sum
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import gzip
 import os
+import zlib
 from typing import Any
 
+from lightning_perf.analysis.rules_trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary
+from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.traces.analysis import (
     CATEGORIES,
-    CATEGORY_LABELS,
     OperatorStat,
     cpu_operator_stats,
     kernel_busy_pct,
@@ -27,13 +35,18 @@ from lightning_perf.traces.analysis import (
     load_trace,
     step_breakdown,
 )
+from lightning_perf.traces.gpu_figures import trace_figures
+from lightning_perf.traces.reader import GZIP_MAGIC
 
-TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz")
+TORCH_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+# How far into a file to look for the traceEvents key: torch writes it after deviceProperties (~0.5 KiB a GPU),
+# HTA's and Chrome's traces first. 1 MiB is far beyond either and costs a few ms.
+SNIFF_CHARS = 1 << 20
+_SNIFF_CHUNK = 1 << 16
 DEFAULT_TOP = 10
 REPORT_SCHEMA = "lightning-perf/report"
-REPORT_SCHEMA_VERSION = 1
-# Kernel names are C++ template instantiations of several hundred characters; tables show the start.
-NAME_WIDTH = 80
+REPORT_SCHEMA_VERSION = 2
 _US_PER_MS = 1000.0
 
 
@@ -41,43 +54,119 @@ class ReportError(LightningPerfError):
     """The report cannot be made; the message says why and names the path."""
 
 
+def is_trace_file(path: str) -> bool:
+    """Whether ``path`` is a Chrome/Kineto trace: named ``*.pt.trace.json[.gz]`` (torch's own name: a broken one
+    is reported, not skipped), or a JSON object with a ``traceEvents`` key near its start, plain or gzip.
+    Unreadable files and other JSON are not traces (no error)."""
+    if path.endswith(TORCH_SUFFIXES):
+        return True
+    head = ""
+    try:
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == GZIP_MAGIC
+        opener = gzip.open if gz else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+            while len(head) < SNIFF_CHARS and (chunk := fh.read(_SNIFF_CHUNK)):
+                head += chunk
+    except (OSError, EOFError, zlib.error):
+        pass  # a truncated file still shows its start
+    return head.lstrip().startswith("{") and '"traceEvents"' in head
+
+
 def find_traces(run_dir: str) -> list[str]:
-    """The trace files directly in ``run_dir``, sorted by name (worker, then cycle timestamp)."""
-    names = sorted(name for name in os.listdir(run_dir) if name.endswith(TRACE_SUFFIXES))
-    return [os.path.join(run_dir, name) for name in names if os.path.isfile(os.path.join(run_dir, name))]
+    """The trace files directly in ``run_dir``, by content, sorted by name (worker, then cycle timestamp)."""
+    paths = [
+        os.path.join(run_dir, name) for name in sorted(os.listdir(run_dir)) if name.endswith(TRACE_SUFFIXES)
+    ]
+    return [path for path in paths if os.path.isfile(path) and is_trace_file(path)]
 
 
-def build_report(run_dir: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """The report as plain JSON-ready data (what ``--format json`` prints)."""
-    if not os.path.isdir(run_dir):
-        raise ReportError(f"{run_dir}: no such directory")
+def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
+    """The report as plain JSON-ready data (what ``--format json`` prints). ``path``: a folder or one trace."""
+    if os.path.isfile(path):
+        if not is_trace_file(path):
+            raise ReportError(f"{path}: not a Chrome/Kineto trace (no traceEvents)")
+        run_dir, traces = os.path.dirname(path) or ".", [path]
+    elif os.path.isdir(path):
+        run_dir, traces = path, find_traces(path)
+    else:
+        raise ReportError(f"{path}: no such file or directory")
     notes: list[str] = []
     summary_path = os.path.join(run_dir, SUMMARY_FILENAME)
     summary = RunSummary.load(summary_path) if os.path.exists(summary_path) else None
-    traces = find_traces(run_dir)
     if summary is None and not traces:
-        raise ReportError(
-            f"{run_dir}: no *.pt.trace.json[.gz] files and no {SUMMARY_FILENAME}: not a run dir?"
-        )
+        raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
     if summary is None:
-        notes.append(f"no {SUMMARY_FILENAME} in {run_dir}: reporting the traces alone (no findings)")
+        notes.append(f"no {SUMMARY_FILENAME} in {run_dir}: findings come from the traces alone")
     if not traces:
-        notes.append(f"no *.pt.trace.json[.gz] files in {run_dir}: reporting the summary alone")
+        notes.append(
+            f"no trace files (*.json[.gz] with traceEvents) in {run_dir}: reporting the summary alone"
+        )
+    sections = [analyse_trace(t, top, with_input_rule=summary is None) for t in traces]
     return {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
-        "run_dir": run_dir,
+        "run_dir": path,
         "summary": _summary_section(summary, summary_path) if summary is not None else None,
         "notes": notes,
-        "traces": [analyse_trace(path, top) for path in traces],
+        "traces": sections,
+        "ranks": rank_spread(sections),
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }
 
 
-def analyse_trace(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """One trace file's section of the report. :class:`TraceError` naming the file on bad input."""
+# the figures compared across ranks, with their labels
+SPREAD_FIGURES = {
+    "step_ms": "step ms",
+    "kernel_busy_pct": "kernel-busy %",
+    "step_idle_pct": "GPU idle %",
+    "exposed_communication_ms_per_step": "exposed comm ms",
+    "blocking_ms_per_step": "blocking ms",
+    "dataloader_pct": "DataLoader %",
+}
+
+
+def rank_spread(sections: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per rank (first trace of each), the figures of SPREAD_FIGURES and their spread (max - min); None unless
+    the traces come from two ranks or more."""
+    by_rank: dict[int, dict[str, Any]] = {}
+    for section in sections:
+        if section["rank"] is not None and section["rank"] not in by_rank:
+            by_rank[section["rank"]] = section["figures"]
+    if len(by_rank) < 2:
+        return None
+    rows = [{"rank": r, **{k: by_rank[r].get(k) for k in SPREAD_FIGURES}} for r in sorted(by_rank)]
+    spread = {}
+    for key in SPREAD_FIGURES:
+        values = [row[key] for row in rows if row[key] is not None]
+        spread[key] = _round(max(values) - min(values), 3) if values else None
+    return {"rows": rows, "spread": spread}
+
+
+def figures_section(figures: TraceFigures) -> dict[str, Any]:
+    """The figures as JSON-ready data, floats rounded for reading."""
+    data = dataclasses.asdict(figures)
+    data.pop("source")
+    return _rounded(data)
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True) -> dict[str, Any]:
+    """One trace file's section of the report. :class:`TraceError` naming the file on bad input.
+    ``with_input_rule=False`` leaves the input-bound verdict to the run summary."""
     parsed = load_trace(path)
     breakdown = step_breakdown(parsed.spans)
+    figures = trace_figures(parsed, breakdown)
+    findings = [f for f in diagnose_trace(figures) if with_input_rule or f.id != "input_bound"]
     steps = breakdown.steps
     average = breakdown.average()
     info = parsed.metadata.get("distributedInfo")
@@ -110,6 +199,8 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "kernel_busy_pct": _round(kernel_busy_pct(parsed.spans)),
         "top_cpu_operators": [_operator(s) for s in cpu_operator_stats(parsed.spans)[:top]],
         "top_kernels": [_operator(s) for s in kernel_stats(parsed.spans)[:top]],
+        "figures": figures_section(figures),
+        "findings": [_finding(f) for f in findings],
     }
 
 
@@ -131,7 +222,7 @@ def _summary_section(summary: RunSummary, path: str) -> dict[str, Any]:
 
 
 def _finding(finding: Finding) -> dict[str, Any]:
-    keys = ("id", "severity", "title", "evidence", "recommendation")
+    keys = ("id", "severity", "title", "evidence", "recommendation", "settings_change")
     return {key: getattr(finding, key) for key in keys}
 
 
@@ -154,174 +245,3 @@ def _pct(part: float, whole: float) -> float | None:
 
 def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Rendering
-# ---------------------------------------------------------------------------------------------------------
-
-
-def render_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 3] + "..."
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _fmt_pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}%"
-
-
-def _step_rows(trace: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["Step", "Total"] + [CATEGORY_LABELS[c] for c in CATEGORIES]
-    rows = []
-    for step in trace["steps"]:
-        label = "all" if step["step"] is None else str(step["step"])
-        values = [step["duration_ms"]] + [step["categories_ms"][c] for c in CATEGORIES]
-        rows.append([label] + [_fmt(v) for v in values])
-    average = trace["average"]
-    if average:
-        values = [average["duration_ms"]] + [average["categories_ms"][c] for c in CATEGORIES]
-        rows.append(["Average"] + [_fmt(v) for v in values])
-        rows.append(["Share", "100.0%"] + [_fmt_pct(average["categories_pct"][c]) for c in CATEGORIES])
-    return header, rows
-
-
-def _operator_rows(operators: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = ["Self ms", "Total ms", "Calls", "Name"]
-    return header, [
-        [_fmt(o["self_ms"]), _fmt(o["total_ms"]), str(o["calls"]), _short(o["name"])] for o in operators
-    ]
-
-
-def _busy_line(trace: dict[str, Any]) -> str:
-    if trace["kernel_busy_pct"] is None:
-        return "GPU kernel-busy: no GPU kernels recorded"
-    return (
-        f"GPU kernel-busy: a kernel ran during {trace['kernel_busy_pct']:.1f}% of the profiled steps "
-        "(first ProfilerStep start to last ProfilerStep end)"
-    )
-
-
-def _trace_title(trace: dict[str, Any]) -> str:
-    rank = "" if trace["rank"] is None else f", rank {trace['rank']}"
-    return f"Trace {trace['file']} ({len(trace['steps'])} steps{rank}, {trace['events']} events)"
-
-
-def _trace_notes(trace: dict[str, Any]) -> list[str]:
-    notes = []
-    if trace["device_aligned"]:
-        notes.append("steps extended to the GPU work they launched (as torch-tb-profiler does)")
-    if trace["dropped_tail_steps"]:
-        notes.append(
-            f"{trace['dropped_tail_steps']} last step(s) left out: their kernels look incompletely captured"
-        )
-    if not trace["steps"]:
-        notes.append("no profiled steps in this trace")
-    return notes
-
-
-def _summary_line(summary: dict[str, Any]) -> str:
-    parts = [f"Run {summary['run_name'] or '(unnamed)'}: {summary['stage']}, {summary['status']}"]
-    parts.append(f"{summary['steps']} steps")
-    if summary["step_time_ms_mean"] is not None:
-        parts.append(f"step time {summary['step_time_ms_mean']:.1f} ms mean")
-    if summary["data_wait_pct"] is not None:
-        parts.append(f"DataLoader wait {summary['data_wait_pct']:.1f}%")
-    if summary["samples_per_sec"] is not None:
-        parts.append(f"{summary['samples_per_sec']:.1f} samples/s")
-    return ", ".join(parts)
-
-
-def _text_table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    left = _left_aligned(header)
-
-    def line(cells: list[str]) -> str:
-        return indent + "  ".join(
-            c.ljust(w) if i in left else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    return [line(r).rstrip() for r in [header, *rows]]
-
-
-def render_text(report: dict[str, Any]) -> str:
-    out = [f"lightning-perf report: {report['run_dir']}"]
-    if report["summary"]:
-        out.append(_summary_line(report["summary"]))
-    out += [f"Note: {note}" for note in report["notes"]]
-    for trace in report["traces"]:
-        out += ["", _trace_title(trace)]
-        out += [f"  Note: {note}" for note in _trace_notes(trace)]
-        if trace["steps"]:
-            out.append("  Step breakdown (ms):")
-            out += _text_table(*_step_rows(trace), indent="    ")
-        out.append("  " + _busy_line(trace))
-        for title, key in (
-            ("CPU operators by self time", "top_cpu_operators"),
-            ("GPU kernels", "top_kernels"),
-        ):
-            if trace[key]:
-                out.append(f"  Top {len(trace[key])} {title}:")
-                out += _text_table(*_operator_rows(trace[key]), indent="    ")
-    if report["summary"]:
-        out += ["", "Findings:" if report["findings"] else f"Findings: none in {SUMMARY_FILENAME}"]
-        for f in report["findings"]:
-            out.append(f"  [{f['severity']}] {f['title']} ({f['id']})")
-            out.append(f"    Evidence: {f['evidence']}")
-            out.append(f"    Recommendation: {f['recommendation']}")
-    return "\n".join(out) + "\n"
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _left_aligned(header: list[str]) -> set[int]:
-    # numbers right-aligned; the step label and operator names left-aligned
-    return {len(header) - 1} if header[-1] == "Name" else {0}
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    left = _left_aligned(header)
-    align = "|" + "|".join("---" if i in left else "---:" for i in range(len(header))) + "|"
-    lines = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in [header, *rows]]
-    return [lines[0], align, *lines[1:]]
-
-
-def render_markdown(report: dict[str, Any]) -> str:
-    out = [f"# lightning-perf report: {_md_cell(report['run_dir'])}", ""]
-    if report["summary"]:
-        out += [_md_cell(_summary_line(report["summary"])), ""]
-    out += [f"> Note: {_md_cell(note)}" for note in report["notes"]]
-    for trace in report["traces"]:
-        out += ["", f"## {_md_cell(_trace_title(trace))}", ""]
-        out += [f"> Note: {_md_cell(note)}" for note in _trace_notes(trace)]
-        if trace["steps"]:
-            out += ["### Step breakdown (ms)", ""] + _md_table(*_step_rows(trace)) + [""]
-        out += [_busy_line(trace), ""]
-        for title, key in (
-            ("CPU operators by self time", "top_cpu_operators"),
-            ("GPU kernels", "top_kernels"),
-        ):
-            if trace[key]:
-                out += (
-                    [f"### Top {len(trace[key])} {title}", ""] + _md_table(*_operator_rows(trace[key])) + [""]
-                )
-    if report["summary"]:
-        out += ["", "## Findings", ""]
-        if not report["findings"]:
-            out.append(f"None in {SUMMARY_FILENAME}.")
-        for f in report["findings"]:
-            out += [f"- **[{_md_cell(f['severity'])}] {_md_cell(f['title'])}** (`{f['id']}`)"]
-            out += [
-                f"  - Evidence: {_md_cell(f['evidence'])}",
-                f"  - Recommendation: {_md_cell(f['recommendation'])}",
-            ]
-    return "\n".join(out).rstrip("\n") + "\n"

@@ -1,0 +1,229 @@
+"""Diagnosis rules over what a GPU trace shows (:class:`TraceFigures`), in the shape of the summary findings.
+
+Each rule is ``(figures) -> Finding | None``, silent when its evidence is absent. :func:`diagnose_trace` runs
+them all, most severe first. Pure: reads plain figures, imports nothing from torch, Lightning or traces.
+"""
+
+from __future__ import annotations
+
+from lightning_perf.analysis.diagnosis import input_bound_verdict
+from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.summary import Finding
+from lightning_perf.analysis.thresholds import BF16_MIN_CC, SEVERITY_ORDER, TENSOR_CORE_MIN_CC, VERDICTS
+from lightning_perf.analysis.trace_figures import TraceFigures
+from lightning_perf.analysis.trace_thresholds import (
+    EXPOSED_COMM_HIGH_PCT,
+    EXPOSED_COMM_MEDIUM_PCT,
+    GPU_IDLE_HIGH_PCT,
+    GPU_IDLE_MEDIUM_PCT,
+    HOST_SYNC_HIGH_PCT,
+    HOST_SYNC_MEDIUM_PCT,
+    HOST_SYNC_MIN_IDLE_PCT,
+    LAUNCH_BOUND_SMALL_KERNEL_PCT,
+    MEMORY_GROWTH_MIN_MB_PER_STEP,
+    MEMORY_NEAR_CAPACITY_PCT,
+    MEMORY_ROOM_PCT,
+    MIXED_PRECISION_LOW_PCT,
+    MIXED_PRECISION_MEDIUM_PCT,
+    PAGEABLE_MEMCPY_MEDIUM_PCT,
+)
+
+
+def _bound(figures: TraceFigures) -> bool:
+    return input_bound_verdict(figures.dataloader_pct) in VERDICTS[:2]
+
+
+def input_bound(figures: TraceFigures) -> Finding | None:
+    """The DataLoader share of the traced steps, graded as the summary's rule; silent below the moderate line."""
+    verdict = input_bound_verdict(figures.dataloader_pct)
+    if verdict not in VERDICTS[:2]:
+        return None
+    return Finding(
+        id="input_bound",
+        severity="high" if verdict == VERDICTS[0] else "medium",
+        title=f"Training is {verdict}",
+        evidence=f"The DataLoader takes {_fmt(figures.dataloader_pct)}% of the {figures.steps} traced steps "
+        f"(mean step {_fmt(figures.step_ms)} ms).",
+        recommendation="Raise `num_workers` in the training DataLoader (with `persistent_workers=True`), "
+        "or make per-sample loading cheaper.",
+    )
+
+
+def gpu_idle(figures: TraceFigures) -> Finding | None:
+    idle = figures.step_idle_pct
+    if idle is None or idle < GPU_IDLE_MEDIUM_PCT or _bound(figures):
+        return None
+    where = sorted(figures.host_during_idle_pct.items(), key=lambda kv: kv[1], reverse=True)
+    host = ", ".join(f"{name} {_fmt(share)}%" for name, share in where[:3] if share > 0)
+    return Finding(
+        id="gpu_idle",
+        severity="high" if idle >= GPU_IDLE_HIGH_PCT else "medium",
+        title="The GPU is idle a large share of the step",
+        evidence=f"No kernel or copy runs during {_fmt(idle)}% of the traced steps while the DataLoader takes "
+        f"{_fmt(figures.dataloader_pct or 0.0)}%"
+        + (f"; meanwhile the host was in: {host}." if host else "."),
+        recommendation="Keep the GPU fed: a larger batch, fewer host-side Python operations and syncs per "
+        "step, and `torch.compile` to cut per-operator host overhead.",
+    )
+
+
+def host_sync(figures: TraceFigures) -> Finding | None:
+    share = figures.blocking_pct
+    if share is None or share < HOST_SYNC_MEDIUM_PCT or not figures.blocking:
+        return None
+    # while the GPU stays busy the wait costs little (the host is only held back from running ahead)
+    starving = figures.step_idle_pct is not None and figures.step_idle_pct >= HOST_SYNC_MIN_IDLE_PCT
+    top = figures.blocking[0]
+    return Finding(
+        id="host_sync",
+        severity=("high" if share >= HOST_SYNC_HIGH_PCT else "medium") if starving else "low",
+        title=f"The host waits for the GPU in {top.name}",
+        evidence=f"Blocking calls hold the host {_fmt(figures.blocking_ms_per_step)} ms a step "
+        f"({_fmt(share)}% of it, GPU idle {_fmt(figures.step_idle_pct)}%); the largest: {top.name} from "
+        f"{top.operator}, {top.calls} calls, {_fmt(top.ms_per_step)} ms a step.",
+        recommendation="Remove per-step `.item()`, `.cpu()` and printing of tensors, log with `on_step=False` "
+        "(or less often), and copy with `non_blocking=True` from pinned memory.",
+    )
+
+
+def launch_bound(figures: TraceFigures) -> Finding | None:
+    launch, kernel = figures.launch_ms_per_step, figures.kernel_ms_per_step
+    small, idle = figures.small_kernel_count_pct, figures.step_idle_pct
+    if launch is None or kernel is None or small is None or idle is None:
+        return None
+    if launch <= kernel or small < LAUNCH_BOUND_SMALL_KERNEL_PCT or idle < GPU_IDLE_MEDIUM_PCT:
+        return None
+    return Finding(
+        id="launch_bound",
+        severity="medium",
+        title="Kernel launches cost more than the kernels run",
+        evidence=f"{_fmt(figures.launches_per_step)} launches a step take {_fmt(launch)} ms of host time for "
+        f"{_fmt(kernel)} ms of kernels; {_fmt(small)}% of kernels run under 10 us (median "
+        f"{_fmt(figures.kernel_median_us)} us); GPU idle {_fmt(idle)}%.",
+        recommendation="Fuse the small operations: `torch.compile(model)` (or CUDA graphs), a fused/foreach "
+        "optimizer (`foreach=True`, `fused=True`), or a larger batch.",
+    )
+
+
+def pageable_memcpy(figures: TraceFigures) -> Finding | None:
+    if figures.pageable_htod_calls <= 0:
+        return None
+    share = figures.pct_of_step(figures.pageable_htod_ms_per_step) or 0.0
+    return Finding(
+        id="pageable_memcpy",
+        severity="medium" if share >= PAGEABLE_MEMCPY_MEDIUM_PCT else "low",
+        title="Host-to-device copies come from pageable memory",
+        evidence=f"{figures.pageable_htod_calls} HtoD copies from pageable memory take "
+        f"{_fmt(figures.pageable_htod_ms_per_step)} ms a step ({_fmt(share)}%); such copies block the host "
+        "and cannot overlap compute.",
+        recommendation="Set `pin_memory=True` in the training DataLoader (Lightning then copies batches with "
+        "`non_blocking=True`).",
+        settings_change={"pin_memory": True},
+    )
+
+
+def mixed_precision(figures: TraceFigures) -> Finding | None:
+    share, cc = figures.tc_eligible_without_tc_pct, figures.compute_capability
+    if share is None or share < MIXED_PRECISION_LOW_PCT:
+        return None
+    if cc is not None and cc[0] < TENSOR_CORE_MIN_CC:
+        return None
+    target = "bf16-mixed" if cc is not None and cc[0] >= BF16_MIN_CC else "16-mixed"
+    device = figures.device_name or "the GPU"
+    return Finding(
+        id="mixed_precision",
+        severity="medium" if share >= MIXED_PRECISION_MEDIUM_PCT else "low",
+        title="Matmuls and convolutions run without tensor cores",
+        evidence=f"{_fmt(share)}% of kernel time is in tensor-core-eligible operators (convolution, matmul, "
+        f"linear, ...) running without tensor cores; tensor-core kernels: {_fmt(figures.tensor_core_pct)}% "
+        f"on {device}" + (f" (compute capability {cc[0]}.{cc[1]})." if cc else "."),
+        recommendation=f'Set `Trainer(precision="{target}")`'
+        + (
+            ', and `torch.set_float32_matmul_precision("high")` for what stays in float32.'
+            if target == "bf16-mixed"
+            else "."
+        ),
+        settings_change={"precision": target},
+    )
+
+
+def exposed_communication(figures: TraceFigures) -> Finding | None:
+    share = figures.exposed_communication_pct
+    if share is None or share < EXPOSED_COMM_MEDIUM_PCT:
+        return None
+    return Finding(
+        id="exposed_communication",
+        severity="high" if share >= EXPOSED_COMM_HIGH_PCT else "medium",
+        title="Communication is not hidden behind compute",
+        evidence=f"Communication kernels run {_fmt(figures.communication_ms_per_step)} ms a step; "
+        f"{_fmt(figures.exposed_communication_ms_per_step)} ms of it ({_fmt(share)}% of the step) overlaps no "
+        "compute kernel.",
+        recommendation="Use `DDPStrategy(bucket_cap_mb=..., gradient_as_bucket_view=True, static_graph=True, "
+        "find_unused_parameters=False)` so gradients are reduced while the backward pass runs.",
+    )
+
+
+def memory_growth(figures: TraceFigures) -> Finding | None:
+    growth, capacity, peak = (
+        figures.memory_growth_mb_per_step,
+        figures.memory_capacity_gb,
+        figures.memory_peak_gb,
+    )
+    if (
+        growth is not None
+        and growth >= MEMORY_GROWTH_MIN_MB_PER_STEP
+        and (figures.memory_growth_steps >= figures.steps - 2)
+    ):
+        eta = ""
+        if capacity and peak is not None and figures.memory_absolute:
+            eta = f"; at this rate the {_fmt(capacity)} GB device is full in ~{(capacity - peak) * 1024 / growth:.0f} steps"
+        return Finding(
+            id="memory_growth",
+            severity="high",
+            title="GPU memory grows step after step",
+            evidence=f"Allocated memory rises {_fmt(growth)} MB a step ({figures.memory_growth_steps} of "
+            f"{figures.steps - 1} steps up){eta}.",
+            recommendation="Keep no tensors with their graph across steps: store `loss.detach()` (or "
+            "`.item()` at epoch end), not `loss`, in lists such as `self.outputs`.",
+        )
+    if peak is None or not capacity or not figures.memory_absolute:
+        return None
+    used = 100.0 * peak / capacity
+    if used >= MEMORY_NEAR_CAPACITY_PCT:
+        return Finding(
+            id="memory_growth",
+            severity="medium",
+            title="Peak GPU memory is near the device's capacity",
+            evidence=f"Peak allocated {_fmt(peak)} GB, {_fmt(used)}% of {_fmt(capacity)} GB.",
+            recommendation='Leave headroom: `precision="bf16-mixed"`, activation checkpointing, or a smaller '
+            "batch with `accumulate_grad_batches`.",
+        )
+    if used < MEMORY_ROOM_PCT:
+        return Finding(
+            id="memory_growth",
+            severity="info",
+            title="GPU memory has room for a larger batch",
+            evidence=f"Peak allocated {_fmt(peak)} GB, {_fmt(used)}% of {_fmt(capacity)} GB.",
+            recommendation="A larger batch would use the free memory (scale the learning rate with it).",
+        )
+    return None
+
+
+TRACE_RULES = (
+    input_bound,
+    gpu_idle,
+    host_sync,
+    launch_bound,
+    pageable_memcpy,
+    mixed_precision,
+    exposed_communication,
+    memory_growth,
+)
+
+
+def diagnose_trace(figures: TraceFigures) -> list[Finding]:
+    """All trace findings for one trace's figures, most severe first (rule order within one severity)."""
+    if not isinstance(figures, TraceFigures):
+        raise ValueError(f"figures: expected TraceFigures, got {type(figures).__name__}")
+    findings = [f for rule in TRACE_RULES if (f := rule(figures)) is not None]
+    return sorted(findings, key=lambda f: SEVERITY_ORDER.index(f.severity))

@@ -1,0 +1,86 @@
+"""The GPU side of the end of fit: what the run's own CUDA traces show, added to its summary and diagnosis.
+
+After the last step, every saved cycle with CUDA activity is read once, streamed (about 2 s per 100 MB of
+trace): its :class:`~lightning_perf.analysis.trace_figures.TraceFigures` go into the summary, its kernel-busy
+shares (all kernels, and compute kernels only) are logged at the step the cycle was recorded, its findings
+(:mod:`lightning_perf.analysis.rules_trace`) join the diagnosis, and the chart goes to TensorBoard's Images tab.
+A trace that cannot be read costs one warning, never the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import statistics
+from typing import Any
+
+from lightning_perf.analysis.rules_trace import diagnose_trace
+from lightning_perf.analysis.summary import Finding, GpuUtilization, RunSummary
+from lightning_perf.analysis.thresholds import SEVERITY_ORDER
+from lightning_perf.output import loggers as tensorboard
+
+KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
+COMPUTE_BUSY_PCT = "perf/gpu_compute_busy_pct"
+CHART_TAG = "perf/trace_breakdown"
+
+log = logging.getLogger("lightning_perf")
+
+
+def read_cycles(trainer: Any, cycles: list[tuple[str, int]], summary: RunSummary) -> None:
+    """Figures of each ``(trace path, global step)`` into ``summary``; busy shares logged (fit only)."""
+    from lightning_perf.traces.gpu_figures import trace_figures
+    from lightning_perf.traces.spans import load_trace
+
+    for path, step in cycles:
+        try:
+            figures = trace_figures(load_trace(path))
+        except Exception as err:
+            log.warning("lightning-perf: could not read kernel activity from %s: %s", path, err)
+            continue
+        figures.source = os.path.basename(path)
+        summary.trace_figures.append(figures)
+        metrics = {KERNEL_BUSY_PCT: figures.kernel_busy_pct, COMPUTE_BUSY_PCT: figures.compute_busy_pct}
+        metrics = {tag: value for tag, value in metrics.items() if value is not None}
+        if summary.stage == "fit":
+            tensorboard.log_metrics(trainer, metrics, step)
+    busy = [f.kernel_busy_pct for f in summary.trace_figures if f.kernel_busy_pct is not None]
+    if busy:
+        gpu = summary.utilization.gpu or GpuUtilization()
+        gpu.kernel_busy_pct = statistics.fmean(busy)
+        gpu.compute_busy_pct = statistics.fmean(
+            f.compute_busy_pct for f in summary.trace_figures if f.compute_busy_pct is not None
+        )
+        summary.utilization.gpu = gpu
+
+
+def with_trace_findings(summary: RunSummary) -> list[Finding]:
+    """The summary's findings with those of its traces: per id the most severe (a trace finding wins a tie:
+    it carries the trace's numbers); the trace's input verdict only when the summary has none."""
+    merged = {f.id: f for f in summary.findings}
+    measured_input = summary.timing.data_wait_pct is not None
+    for figures in summary.trace_figures:
+        for finding in diagnose_trace(figures):
+            if finding.id == "input_bound" and measured_input:
+                continue
+            old = merged.get(finding.id)
+            if old is None or SEVERITY_ORDER.index(finding.severity) <= SEVERITY_ORDER.index(old.severity):
+                merged[finding.id] = finding
+    return sorted(merged.values(), key=lambda f: SEVERITY_ORDER.index(f.severity))
+
+
+def log_chart(trainer: Any, summary: RunSummary) -> None:
+    """The per-step breakdown and GPU timeline of the run's traces in TensorBoard's Images tab."""
+    logger = tensorboard.tensorboard_logger(trainer)
+    if logger is None or not trainer.is_global_zero or not summary.trace_figures:
+        return
+    try:
+        from lightning_perf.output.trace_chart import chart_rgb
+
+        sections = [
+            (f.source or f"cycle {i + 1}", dataclasses.asdict(f)) for i, f in enumerate(summary.trace_figures)
+        ]
+        logger.experiment.add_image(CHART_TAG, chart_rgb(sections), trainer.global_step, dataformats="HWC")
+        logger.experiment.flush()
+    except Exception as err:
+        log.warning("lightning-perf: could not log the trace chart: %s", err)

@@ -1,0 +1,202 @@
+"""torch-tb-profiler's Overview step breakdown: each ProfilerStep's time split into categories.
+
+See :func:`step_breakdown`. Standard library only. Times are in microseconds, as in the trace.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_perf.traces.intervals import (
+    Ranges,
+    clipped_length,
+    intersect_ranges,
+    merge_ranges,
+    subtract_ranges,
+)
+from lightning_perf.traces.reader import USER_ANNOTATION_CAT, is_dataloader_span
+from lightning_perf.traces.spans import (
+    COMMUNICATION_OP_NAMES,
+    KERNEL_CATS,
+    MEMCPY_CATS,
+    MEMSET_CATS,
+    OPERATOR_CATS,
+    RUNTIME_CATS,
+    Span,
+    as_spans,
+    is_step,
+    step_number,
+)
+
+# The Overview categories, in the plugin's display order, and their labels.
+CATEGORIES = ("dataloader", "cpu_exec", "kernel", "memcpy", "memset", "communication", "runtime", "other")
+CATEGORY_LABELS = {
+    "dataloader": "DataLoader",
+    "cpu_exec": "CPU Exec",
+    "kernel": "Kernel",
+    "memcpy": "Memcpy",
+    "memset": "Memset",
+    "communication": "Communication",
+    "runtime": "Runtime",
+    "other": "Other",
+}
+# torch-tb-profiler's ProfileRole order: time covered by several categories goes to the first one here;
+# step time covered by none of them is "other". So the categories partition each step.
+_PRIORITY = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+# event_parser.py _update_steps_duration: the last step with GPU activity is dropped from the Overview when
+# it matched fewer than 80% of the previous step's GPU activities (the profiler likely missed some).
+_TAIL_STEP_KERNEL_RATIO = 0.8
+
+
+@dataclass
+class StepBreakdown:
+    """One step's time per category (microseconds); the categories sum to the step's duration."""
+
+    step: int | None  # None: no ProfilerStep# in the trace, the whole host span as one step (as the plugin)
+    start: float
+    end: float
+    categories: dict[str, float]
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Breakdown:
+    steps: list[StepBreakdown] = field(default_factory=list)
+    # steps were extended to the GPU work they launched, as torch-tb-profiler does
+    device_aligned: bool = False
+    # trailing steps dropped because their kernels look incompletely captured (the plugin's rule)
+    dropped_tail_steps: int = 0
+
+    def average(self) -> dict[str, float]:
+        """Mean per category over the steps, plus ``total`` (the mean step duration). Empty without steps."""
+        if not self.steps:
+            return {}
+        n = len(self.steps)
+        avg = {c: math.fsum(s.categories[c] for s in self.steps) / n for c in CATEGORIES}
+        avg["total"] = math.fsum(s.duration for s in self.steps) / n
+        return avg
+
+
+def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
+    """Each ProfilerStep's time split into torch-tb-profiler's Overview categories (event_parser.py and
+    overall_parser.py of torch-tb-profiler 0.4.3), with these deliberate differences for torch 2.x traces:
+
+    - DataLoader spans count whatever their category (the plugin drops user_annotation ones: DataLoader = 0
+      unless the trace went through :func:`rewrite_trace`); GPU-side mirrors (gpu_*) are ignored;
+    - cuda_runtime / cuda_driver count as Runtime (the plugin only knows the old name "Runtime");
+    - kernels whose name starts with "nccl" count as Communication even without a matching nccl:* op;
+    - ProfilerStep# mirrors on GPU streams (gpu_user_annotation) are not steps.
+
+    Other user_annotation spans (record_function ranges) are not CPU Exec, as in the plugin: only the
+    operators inside them are.
+    """
+    roles: dict[str, Ranges] = {role: [] for role in _PRIORITY}
+    kernels: list[Span] = []
+    device: list[Span] = []
+    runtimes: list[Span] = []
+    comm_ids: set[Any] = set()
+    steps: list[tuple[int | None, float, float]] = []
+    cpu_lo, cpu_hi = math.inf, -math.inf
+    for span in as_spans(events):
+        cat, interval = span.cat, (span.start, span.end)
+        if cat in KERNEL_CATS:
+            kernels.append(span)
+            device.append(span)
+        elif cat in MEMCPY_CATS:
+            roles["memcpy"].append(interval)
+            device.append(span)
+        elif cat in MEMSET_CATS:
+            roles["memset"].append(interval)
+            device.append(span)
+        elif cat in RUNTIME_CATS:
+            roles["runtime"].append(interval)
+            runtimes.append(span)
+        elif is_dataloader_span(span.name) and not cat.startswith("gpu_"):
+            roles["dataloader"].append(interval)
+        elif is_step(span):
+            steps.append((step_number(span.name), span.start, span.end))
+        elif span.name in COMMUNICATION_OP_NAMES and (cat in OPERATOR_CATS or cat == USER_ANNOTATION_CAT):
+            roles["communication"].append(interval)
+            if span.external_id is not None:
+                comm_ids.add(span.external_id)
+        elif cat in OPERATOR_CATS:
+            roles["cpu_exec"].append(interval)
+        if cat in OPERATOR_CATS or is_step(span):
+            cpu_lo, cpu_hi = min(cpu_lo, span.start), max(cpu_hi, span.end)
+    for k in kernels:
+        comm = (k.external_id is not None and k.external_id in comm_ids) or k.name.lower().startswith("nccl")
+        roles["communication" if comm else "kernel"].append((k.start, k.end))
+
+    steps.sort(key=lambda s: s[1])
+    if not steps and cpu_lo < cpu_hi:
+        steps = [(None, cpu_lo, cpu_hi)]
+    result = Breakdown()
+    if not steps:
+        return result
+    steps, result.device_aligned, result.dropped_tail_steps = _align_steps_to_device(steps, runtimes, device)
+
+    slots = merge_ranges((start, end) for _, start, end in steps)
+    attributed: dict[str, Ranges] = {}
+    for role in _PRIORITY:
+        attributed[role] = intersect_ranges(slots, merge_ranges(roles[role]))
+        slots = subtract_ranges(slots, attributed[role])
+    attributed["other"] = slots
+    starts = {role: [r[0] for r in ranges] for role, ranges in attributed.items()}
+    for number, start, end in steps:
+        costs = {c: clipped_length(attributed[c], starts[c], start, end) for c in CATEGORIES}
+        result.steps.append(StepBreakdown(number, start, end, costs))
+    return result
+
+
+def _align_steps_to_device(
+    steps: list[tuple[int | None, float, float]], runtimes: list[Span], device: list[Span]
+) -> tuple[list[tuple[int | None, float, float]], bool, int]:
+    """torch-tb-profiler's _find_device_steps/_update_steps_duration: a step ends when the GPU work launched
+    (by runtime calls inside its host span) ends, and starts no earlier than the previous step's end."""
+    by_correlation: dict[Any, list[int]] = defaultdict(list)
+    for index, d in enumerate(device):
+        if d.correlation is not None:
+            by_correlation[d.correlation].append(index)
+    host_starts = [s[1] for s in steps]
+    dev_lo = [math.inf] * len(steps)
+    dev_hi = [-math.inf] * len(steps)
+    matched_counts = [0] * len(steps)
+    matched: set[int] = set()
+    for rt in runtimes:
+        i = bisect.bisect_right(host_starts, rt.start) - 1
+        if i < 0 or rt.end > steps[i][2] or rt.correlation is None:
+            continue  # launched outside any step, or straddling a step's end
+        for index in by_correlation.get(rt.correlation, ()):
+            dev_lo[i] = min(dev_lo[i], device[index].start)
+            dev_hi[i] = max(dev_hi[i], device[index].end)
+            matched_counts[i] += 1
+            matched.add(index)
+    if not matched:
+        return steps, False, 0
+    prev_end = steps[0][1]
+    if dev_lo[0] < math.inf:  # GPU work left over from before the first step delays its start
+        for index, d in enumerate(device):
+            if index not in matched and d.end < dev_lo[0]:
+                prev_end = max(prev_end, d.end)
+    aligned = []
+    for i, (number, host_start, host_end) in enumerate(steps):
+        start = max(prev_end, host_start)
+        end = max(host_end, dev_hi[i]) if matched_counts[i] else max(host_end, start)
+        end = max(end, start)
+        aligned.append((number, start, end))
+        prev_end = end
+    keep = len(aligned)
+    last = max((i for i, count in enumerate(matched_counts) if count), default=-1)
+    if len(aligned) > 1 and last >= 0:
+        keep = last + 1
+        if last > 0 and matched_counts[last - 1] * _TAIL_STEP_KERNEL_RATIO > matched_counts[last]:
+            keep = last
+    return aligned[:keep], True, len(aligned) - keep

@@ -1,0 +1,284 @@
+"""The figures a performance engineer reads off a GPU trace, as :class:`~lightning_perf.analysis.trace_figures.
+TraceFigures` for the pure trace rules.
+
+:func:`trace_figures` reads one parsed trace once: the Overview breakdown (torch-tb-profiler), the GPU
+timeline (HolisticTraceAnalysis), kernels per step and their durations, communication and the part of it no
+compute overlaps, blocking runtime calls with the operator that issued them, copies by kind and memory,
+tensor-core use, and the allocator's growth per step.
+
+Standard library only. Times in the trace are microseconds; the figures are per step in milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_perf.analysis.trace_figures import BlockingCall, MemcpyKind, TraceFigures
+from lightning_perf.traces.breakdown import CATEGORIES, Breakdown, step_breakdown
+from lightning_perf.traces.gpu_timeline import (
+    GPU_CATS,
+    busy_pct,
+    exposed_communication_us,
+    gpu_timeline,
+    idle_ranges,
+    is_communication_kernel,
+    window_of,
+)
+from lightning_perf.traces.host_calls import (
+    blocking_calls,
+    copy_names_by_correlation,
+    in_host_steps,
+    is_blocking,
+    is_launch,
+    issuing_operators,
+)
+from lightning_perf.traces.intervals import (
+    Ranges,
+    intersect_ranges,
+    merge_ranges,
+    ranges_length,
+    subtract_ranges,
+)
+from lightning_perf.traces.reader import is_dataloader_span
+from lightning_perf.traces.spans import (
+    KERNEL_CATS,
+    MEMCPY_CATS,
+    OPERATOR_CATS,
+    RUNTIME_CATS,
+    ParsedTrace,
+    Span,
+    StepSpan,
+    step_spans,
+)
+
+# Kernels shorter than this are "tiny": launching one costs the host about 5-10 us (NVIDIA, "Getting Started
+# with CUDA Graphs": launch overheads of a few microseconds), so a GPU fed by them waits for launches.
+SMALL_KERNEL_US = 10.0
+# torch-tb-profiler's TC_Allowlist (profiler/tensor_core.py, from NVIDIA PyProf's tc.py), plus the names of
+# newer tensor-core kernels: CUTLASS/cuBLAS "tensorop", Hopper's cuBLAS "nvjet" and warpgroup "gmma", flash
+# attention, and ROCm's matrix cores ("mfma").
+TENSOR_CORE_MARKERS = (
+    "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2",
+    "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm",
+    "xmma_sparse_conv", "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm", "c1688",
+    "tensorop", "nvjet", "gmma", "flash_fwd", "flash_bwd", "wmma", "mfma",
+)  # fmt: skip
+# torch-tb-profiler's TC_OP_Allowlist (the operators autocast runs in half precision) by name pattern, so that
+# torch 2.x names match too (aten::convolution_backward, autograd "MmBackward0", scaled_dot_product...).
+TENSOR_CORE_ELIGIBLE = re.compile(
+    r"(^|::|: )(_?convolution\w*|conv\w*|cudnn_convolution\w*|prelu|addmm_?|addmv_?|addr|matmul|mm|mv|linear"
+    r"|addbmm|baddbmm|bmm|_scaled_mm|chain_matmul|linalg_multi_dot|_thnn_fused_\w+_cell|lstm_cell|gru_cell"
+    r"|rnn_\w+_cell|\w*scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
+    r"|(Convolution\w*|Bmm|Mm|Addmm|Addmv|Mv|Addbmm|Baddbmm)Backward\d*$"
+)
+# Triton (torch.compile) kernels: whether they use tensor cores cannot be told from the name.
+TRITON_PREFIX = "triton_"
+_US_PER_MS = 1000.0
+_BYTES_PER_MB = 1e6
+_BYTES_PER_GB = 1024**3
+
+
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
+def uses_tensor_cores(kernel_name: str) -> bool:
+    return any(marker in kernel_name for marker in TENSOR_CORE_MARKERS)
+
+
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
+def is_tensor_core_eligible(operator: str | None) -> bool:
+    return operator is not None and TENSOR_CORE_ELIGIBLE.search(operator) is not None
+
+
+def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> TraceFigures:
+    """All figures of one trace (see :class:`TraceFigures`); a CPU-only trace fills the host ones only.
+    ``breakdown``: the trace's :func:`step_breakdown` when the caller has it already."""
+    spans = parsed.spans
+    figures = TraceFigures(source=parsed.path, rank=parsed.rank)
+    _device(figures, parsed)
+    breakdown = step_breakdown(spans) if breakdown is None else breakdown
+    steps = [StepSpan(s.step or 0, s.start, s.end) for s in breakdown.steps]
+    host_steps = step_spans(spans)
+    window = window_of(steps)
+    average = breakdown.average()
+    if not steps or window is None:
+        return figures
+    n = len(steps)
+    figures.steps = n
+    figures.step_ms = average["total"] / _US_PER_MS
+    figures.breakdown_pct = {c: 100.0 * average[c] / average["total"] for c in CATEGORIES}
+    figures.dataloader_pct = figures.breakdown_pct["dataloader"]
+    figures.steps_ms = [{c: s.categories[c] / _US_PER_MS for c in CATEGORIES} for s in breakdown.steps]
+    # the GPU activities and runtime calls apart once: most figures read only these (a fifth of the events)
+    gpu = [s for s in spans if s.cat in GPU_CATS]
+    gpu_and_runtime = gpu + [s for s in spans if s.cat in RUNTIME_CATS]
+    timeline = gpu_timeline(gpu_and_runtime, host_steps)
+    if timeline is None:
+        return figures
+    figures.idle_pct, figures.compute_pct = timeline.idle_pct, timeline.compute_pct
+    figures.non_compute_pct = timeline.non_compute_pct
+    figures.kernel_busy_pct = busy_pct(gpu, window)
+    figures.compute_busy_pct = busy_pct(gpu, window, compute_only=True)
+    idle = idle_ranges(gpu, window)
+    figures.step_idle_pct = 100.0 * ranges_length(idle) / (window[1] - window[0])
+    issuers = issuing_operators(spans)
+    figures.host_during_idle_pct = _host_during_idle(spans, idle, issuers)
+    _kernels(figures, gpu, window, n)
+    _host(figures, gpu_and_runtime, host_steps, n, issuers)
+    comm, exposed = exposed_communication_us(gpu, window)
+    figures.communication_ms_per_step = comm / n / _US_PER_MS
+    figures.exposed_communication_ms_per_step = exposed / n / _US_PER_MS
+    _copies(figures, gpu, window, n)
+    _tensor_cores(figures, gpu_and_runtime, window, issuers)
+    _memory(figures, parsed, steps)
+    return figures
+
+
+def _device(figures: TraceFigures, parsed: ParsedTrace) -> None:
+    props = parsed.device_properties
+    if not props:
+        return
+    first = props[0]
+    figures.device_name = first.get("name") if isinstance(first.get("name"), str) else None
+    major, minor = first.get("computeMajor"), first.get("computeMinor")
+    if isinstance(major, int) and isinstance(minor, int):
+        figures.compute_capability = [major, minor]
+    total = first.get("totalGlobalMem")
+    if isinstance(total, (int, float)) and total > 0:
+        figures.memory_capacity_gb = total / _BYTES_PER_GB
+
+
+def _inside(span: Span, window: tuple[float, float]) -> bool:
+    return window[0] <= span.start < window[1]
+
+
+def _kernels(figures: TraceFigures, spans: Sequence[Span], window: tuple[float, float], n: int) -> None:
+    durations = sorted(s.end - s.start for s in spans if s.cat in KERNEL_CATS and _inside(s, window))
+    if not durations:
+        return
+    total = sum(durations)
+    small = [d for d in durations if d < SMALL_KERNEL_US]
+    figures.kernels_per_step = len(durations) / n
+    figures.kernel_ms_per_step = total / n / _US_PER_MS
+    figures.kernel_median_us = statistics.median(durations)
+    figures.small_kernel_count_pct = 100.0 * len(small) / len(durations)
+    figures.small_kernel_time_pct = 100.0 * sum(small) / total if total > 0 else 0.0
+
+
+def _host(
+    figures: TraceFigures,
+    spans: Sequence[Span],
+    host_steps: Sequence[StepSpan],
+    n: int,
+    issuers: dict[int, Any],
+) -> None:
+    starts = [s.start for s in host_steps]
+    launches = [
+        s
+        for s in spans
+        if s.cat in RUNTIME_CATS and is_launch(s.name) and in_host_steps(s, host_steps, starts)
+    ]
+    figures.launches_per_step = len(launches) / n
+    figures.launch_ms_per_step = sum(s.end - s.start for s in launches) / n / _US_PER_MS
+    blocking = blocking_calls(spans, host_steps, issuers)
+    figures.blocking = [
+        BlockingCall(b.name, b.operator, b.calls, b.total_us / n / _US_PER_MS) for b in blocking
+    ]
+    figures.blocking_ms_per_step = sum(b.ms_per_step for b in figures.blocking)
+
+
+def _host_during_idle(spans: Sequence[Span], idle: Ranges, issuers: dict[int, Any]) -> dict[str, float]:
+    """Share of the GPU's idle time in which the host was in each activity, the first that applies in the order
+    blocking call, DataLoader, kernel launch or other runtime call, CPU operator; else "other"."""
+    total = ranges_length(idle)
+    if total <= 0:
+        return {}
+    copies = copy_names_by_correlation(spans)
+    kinds: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in spans:
+        if s.cat in RUNTIME_CATS:
+            kinds["blocking call" if is_blocking(s, copies.get(s.correlation)) else "runtime call"].append(
+                (s.start, s.end)
+            )
+        elif is_dataloader_span(s.name) and not s.cat.startswith("gpu_"):
+            kinds["DataLoader"].append((s.start, s.end))
+        elif s.cat in OPERATOR_CATS and not s.name.startswith("ProfilerStep#"):
+            kinds["CPU operators"].append((s.start, s.end))
+    shares: dict[str, float] = {}
+    rest = idle
+    for kind in ("blocking call", "DataLoader", "runtime call", "CPU operators"):
+        covered = intersect_ranges(rest, merge_ranges(kinds[kind]))
+        shares[kind] = 100.0 * ranges_length(covered) / total
+        rest = subtract_ranges(rest, covered)
+    shares["other"] = 100.0 * ranges_length(rest) / total
+    return shares
+
+
+def _copies(figures: TraceFigures, spans: Sequence[Span], window: tuple[float, float], n: int) -> None:
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for s in spans:
+        if s.cat in MEMCPY_CATS and _inside(s, window):
+            entry = kinds[s.name.removeprefix("Memcpy ")]
+            entry[0] += 1
+            entry[1] += s.end - s.start
+    figures.memcpy = sorted(
+        (MemcpyKind(kind, int(c), us / n / _US_PER_MS) for kind, (c, us) in kinds.items()),
+        key=lambda m: m.ms_per_step,
+        reverse=True,
+    )
+    pageable = [m for m in figures.memcpy if m.kind.startswith("HtoD") and "Pageable" in m.kind]
+    figures.pageable_htod_calls = sum(m.calls for m in pageable)
+    figures.pageable_htod_ms_per_step = sum(m.ms_per_step for m in pageable)
+
+
+def _tensor_cores(
+    figures: TraceFigures, spans: Sequence[Span], window: tuple[float, float], issuers: dict[int, Any]
+) -> None:
+    """torch-tb-profiler's tensor-core figures: kernel time in tensor-core kernels, and kernel time launched by
+    tensor-core-eligible operators (the innermost operator around the launch) that ran without them."""
+    launcher: dict[Any, str | None] = {
+        s.correlation: issuers[id(s)].inner for s in spans if s.cat in RUNTIME_CATS and id(s) in issuers
+    }
+    total = tc = eligible = eligible_no_tc = triton = 0.0
+    for s in spans:
+        if s.cat not in KERNEL_CATS or not _inside(s, window) or is_communication_kernel(s.name):
+            continue
+        duration = s.end - s.start
+        total += duration
+        with_tc = uses_tensor_cores(s.name)
+        tc += duration if with_tc else 0.0
+        triton += duration if s.name.startswith(TRITON_PREFIX) else 0.0
+        if is_tensor_core_eligible(launcher.get(s.correlation)):
+            eligible += duration
+            eligible_no_tc += 0.0 if with_tc else duration
+    if total > 0:
+        figures.tensor_core_pct = 100.0 * tc / total
+        figures.tc_eligible_pct = 100.0 * eligible / total
+        figures.tc_eligible_without_tc_pct = 100.0 * eligible_no_tc / total
+        figures.triton_pct = 100.0 * triton / total
+
+
+def _memory(figures: TraceFigures, parsed: ParsedTrace, steps: Sequence[StepSpan]) -> None:
+    """Allocated bytes at the end of each step (device 0 or the first device sampled): growth per step by
+    least squares, and the peak."""
+    samples = parsed.memory
+    if not samples or len(steps) < 2:
+        return
+    device = samples[0].device
+    series = [m for m in samples if m.device == device]
+    ends, i, last = [], 0, None
+    for step in steps:
+        while i < len(series) and series[i].ts <= step.end:
+            last = series[i].allocated
+            i += 1
+        if last is not None:
+            ends.append(last)
+    figures.memory_absolute = parsed.memory_has_totals
+    figures.memory_peak_gb = max(m.allocated for m in series) / _BYTES_PER_GB
+    if len(ends) >= 2:
+        slope = statistics.linear_regression(range(len(ends)), ends).slope
+        figures.memory_growth_mb_per_step = slope / _BYTES_PER_MB
+        figures.memory_growth_steps = sum(1 for a, b in zip(ends, ends[1:], strict=False) if b > a)

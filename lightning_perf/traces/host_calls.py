@@ -1,0 +1,143 @@
+"""What the host does around the GPU: which operator issued each runtime call, and which calls block the host.
+
+A runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...) is issued by the operators whose spans hold it
+on the same thread (nesting); the GPU work it starts carries the same correlation id. So
+:func:`issuing_operators` gives, for every runtime call, the innermost and the outermost operator around it,
+and :func:`blocking_calls` the calls that hold the host until the GPU catches up.
+
+Standard library only. Times are in microseconds, as in the trace.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from lightning_perf.traces.spans import (
+    MEMCPY_CATS,
+    OPERATOR_CATS,
+    PROFILER_STEP_PREFIX,
+    RUNTIME_CATS,
+    TIME_TOLERANCE_US,
+    Span,
+    StepSpan,
+)
+
+# Calls that wait for the GPU by definition (CUDA runtime API; the HIP and driver API names of the same calls).
+SYNC_CALLS = frozenset(
+    f"{prefix}{what}"
+    for prefix in ("cuda", "hip")
+    for what in ("DeviceSynchronize", "StreamSynchronize", "EventSynchronize", "Memcpy", "Memcpy2D", "Memset")
+) | frozenset({"cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
+ASYNC_COPY_CALLS = frozenset(
+    {"cudaMemcpyAsync", "cudaMemcpy2DAsync", "hipMemcpyAsync", "hipMemcpyWithStream", "cuMemcpyAsync"}
+)
+# An asynchronous copy call that lasts this long waited for the GPU: issuing one costs a few microseconds
+# (NVIDIA's CUDA C++ Best Practices Guide, "Asynchronous and overlapping transfers"; torch-tb-profiler's
+# traces show 5-20 us for a cudaMemcpyAsync that returns at once). Our choice: 50 us, well above that.
+BLOCKING_COPY_MIN_US = 50.0
+# Copies that involve pageable host memory are synchronous for the host (CUDA Runtime API, "API
+# synchronization behavior"): the memcpy's name says which memory it used.
+PAGEABLE_MARKER = "Pageable"
+DEVICE_TO_DEVICE = "DtoD"
+# Runtime calls that launch GPU work: their host time is the launch overhead.
+LAUNCH_CALL_MARKERS = ("LaunchKernel", "GraphLaunch", "LaunchCooperativeKernel", "ModuleLaunchKernel")
+
+
+class Issuer(NamedTuple):
+    """The operators around one runtime call: innermost and outermost (None when outside any operator)."""
+
+    inner: str | None
+    outer: str | None
+
+    def label(self) -> str:
+        if self.outer is None:
+            return "(no operator)"
+        return self.outer if self.inner in (None, self.outer) else f"{self.outer} > {self.inner}"
+
+
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
+def is_launch(name: str) -> bool:
+    return any(marker in name for marker in LAUNCH_CALL_MARKERS)
+
+
+def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
+    """id(runtime span) -> its :class:`Issuer`, by nesting on the calling thread (ProfilerStep# and other
+    user annotations are not operators)."""
+    by_thread: dict[tuple[Any, Any], list[tuple[float, float, int, Span]]] = defaultdict(list)
+    for span in spans:
+        if span.cat in OPERATOR_CATS and not span.name.startswith(
+            PROFILER_STEP_PREFIX
+        ):  # torch 1.9: an Operator
+            by_thread[(span.pid, span.tid)].append((span.start, -span.end, 0, span))
+        elif span.cat in RUNTIME_CATS:
+            by_thread[(span.pid, span.tid)].append((span.start, -span.end, 1, span))
+    found: dict[int, Issuer] = {}
+    for items in by_thread.values():
+        items.sort(key=lambda item: item[:3])
+        stack: list[Span] = []
+        for start, _, kind, span in items:
+            while stack and stack[-1].end <= start + TIME_TOLERANCE_US:
+                stack.pop()
+            if kind == 0:
+                stack.append(span)
+            else:
+                inside = [op for op in stack if op.end + TIME_TOLERANCE_US >= span.end]
+                found[id(span)] = Issuer(inside[-1].name, inside[0].name) if inside else Issuer(None, None)
+    return found
+
+
+def copy_names_by_correlation(spans: Iterable[Span]) -> dict[Any, str]:
+    return {s.correlation: s.name for s in spans if s.cat in MEMCPY_CATS and s.correlation is not None}
+
+
+def is_blocking(call: Span, copy_name: str | None) -> bool:
+    """A sync call; a synchronous copy; an asynchronous copy from or to pageable memory, or between host and
+    device (or of unknown kind) that waited long."""
+    if call.name in SYNC_CALLS:
+        return True
+    if call.name not in ASYNC_COPY_CALLS:
+        return False
+    if copy_name is not None and PAGEABLE_MARKER in copy_name:
+        return True
+    if copy_name is not None and DEVICE_TO_DEVICE in copy_name:
+        return False  # never waits for the copy: a long call is a full launch queue (the GPU is behind)
+    return call.end - call.start >= BLOCKING_COPY_MIN_US
+
+
+class BlockingTotal(NamedTuple):
+    name: str
+    operator: str
+    calls: int
+    total_us: float
+
+
+def in_host_steps(span: Span, steps: Sequence[StepSpan], starts: list[float]) -> bool:
+    """Whether ``span`` starts inside one of the host ProfilerStep spans (sorted; ``starts`` their starts).
+    The profiler's own calls (the cudaDeviceSynchronize when it stops) lie outside them."""
+    i = bisect.bisect_right(starts, span.start) - 1
+    return i >= 0 and span.start <= steps[i].end
+
+
+def blocking_calls(
+    spans: Sequence[Span], steps: Sequence[StepSpan], issuers: dict[int, Issuer] | None = None
+) -> list[BlockingTotal]:
+    """Blocking runtime calls made inside the host ``steps``, totalled by (call, issuing operator), longest
+    first. Without steps, every call counts."""
+    issuers = issuing_operators(spans) if issuers is None else issuers
+    copies = copy_names_by_correlation(spans)
+    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    starts = [s.start for s in steps]
+    for span in spans:
+        if span.cat not in RUNTIME_CATS or (steps and not in_host_steps(span, steps, starts)):
+            continue
+        if is_blocking(span, copies.get(span.correlation)):
+            issuer = issuers.get(id(span), Issuer(None, None))
+            total = totals[(span.name, issuer.label())]
+            total[0] += 1
+            total[1] += span.end - span.start
+    result = [BlockingTotal(name, op, int(n), us) for (name, op), (n, us) in totals.items()]
+    return sorted(result, key=lambda b: b.total_us, reverse=True)

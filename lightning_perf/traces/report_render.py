@@ -1,0 +1,200 @@
+"""Rendering of the ``lightning-perf report`` data (:func:`lightning_perf.traces.report.build_report`) as text,
+Markdown or JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lightning_perf.analysis.summary import SUMMARY_FILENAME
+from lightning_perf.traces.breakdown import CATEGORIES, CATEGORY_LABELS
+from lightning_perf.traces.report_figures import figure_lines, spread_rows
+
+NAME_WIDTH = 80
+
+
+def render_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 3] + "..."
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _step_rows(trace: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["Step", "Total"] + [CATEGORY_LABELS[c] for c in CATEGORIES]
+    rows = []
+    for step in trace["steps"]:
+        label = "all" if step["step"] is None else str(step["step"])
+        values = [step["duration_ms"]] + [step["categories_ms"][c] for c in CATEGORIES]
+        rows.append([label] + [_fmt(v) for v in values])
+    average = trace["average"]
+    if average:
+        values = [average["duration_ms"]] + [average["categories_ms"][c] for c in CATEGORIES]
+        rows.append(["Average"] + [_fmt(v) for v in values])
+        rows.append(["Share", "100.0%"] + [_fmt_pct(average["categories_pct"][c]) for c in CATEGORIES])
+    return header, rows
+
+
+def _operator_rows(operators: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["Self ms", "Total ms", "Calls", "Name"]
+    return header, [
+        [_fmt(o["self_ms"]), _fmt(o["total_ms"]), str(o["calls"]), _short(o["name"])] for o in operators
+    ]
+
+
+def _busy_line(trace: dict[str, Any]) -> str:
+    if trace["kernel_busy_pct"] is None:
+        return "GPU kernel-busy: no GPU kernels recorded"
+    return (
+        f"GPU kernel-busy: a kernel ran during {trace['kernel_busy_pct']:.1f}% of the profiled steps "
+        "(first ProfilerStep start to last ProfilerStep end)"
+    )
+
+
+def _trace_title(trace: dict[str, Any]) -> str:
+    rank = "" if trace["rank"] is None else f", rank {trace['rank']}"
+    return f"Trace {trace['file']} ({len(trace['steps'])} steps{rank}, {trace['events']} events)"
+
+
+def _trace_notes(trace: dict[str, Any]) -> list[str]:
+    notes = []
+    if trace["device_aligned"]:
+        notes.append("steps extended to the GPU work they launched (as torch-tb-profiler does)")
+    if trace["dropped_tail_steps"]:
+        notes.append(
+            f"{trace['dropped_tail_steps']} last step(s) left out: their kernels look incompletely captured"
+        )
+    if not trace["steps"]:
+        notes.append("no profiled steps in this trace")
+    return notes
+
+
+def _summary_line(summary: dict[str, Any]) -> str:
+    parts = [f"Run {summary['run_name'] or '(unnamed)'}: {summary['stage']}, {summary['status']}"]
+    parts.append(f"{summary['steps']} steps")
+    if summary["step_time_ms_mean"] is not None:
+        parts.append(f"step time {summary['step_time_ms_mean']:.1f} ms mean")
+    if summary["data_wait_pct"] is not None:
+        parts.append(f"DataLoader wait {summary['data_wait_pct']:.1f}%")
+    if summary["samples_per_sec"] is not None:
+        parts.append(f"{summary['samples_per_sec']:.1f} samples/s")
+    return ", ".join(parts)
+
+
+def _text_table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    left = _left_aligned(header)
+
+    def line(cells: list[str]) -> str:
+        return indent + "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return [line(r).rstrip() for r in [header, *rows]]
+
+
+def render_text(report: dict[str, Any]) -> str:
+    out = [f"lightning-perf report: {report['run_dir']}"]
+    if report["summary"]:
+        out.append(_summary_line(report["summary"]))
+    out += [f"Note: {note}" for note in report["notes"]]
+    for trace in report["traces"]:
+        out += ["", _trace_title(trace)]
+        out += [f"  Note: {note}" for note in _trace_notes(trace)]
+        if trace["steps"]:
+            out.append("  Step breakdown (ms):")
+            out += _text_table(*_step_rows(trace), indent="    ")
+        out.append("  " + _busy_line(trace))
+        out += ["  " + line for line in figure_lines(trace)]
+        for title, key in (
+            ("CPU operators by self time", "top_cpu_operators"),
+            ("GPU kernels", "top_kernels"),
+        ):
+            if trace[key]:
+                out.append(f"  Top {len(trace[key])} {title}:")
+                out += _text_table(*_operator_rows(trace[key]), indent="    ")
+        out.append("  Findings from this trace:" if trace["findings"] else "  Findings from this trace: none")
+        out += _text_findings(trace["findings"], "    ")
+    if report["ranks"]:
+        out += ["", "Across ranks:"] + _text_table(*spread_rows(report["ranks"]), indent="  ")
+    if report["summary"]:
+        out += ["", "Findings:" if report["findings"] else f"Findings: none in {SUMMARY_FILENAME}"]
+        out += _text_findings(report["findings"], "  ")
+    return "\n".join(out) + "\n"
+
+
+def _text_findings(findings: list[dict[str, Any]], indent: str) -> list[str]:
+    out = []
+    for f in findings:
+        out.append(f"{indent}[{f['severity']}] {f['title']} ({f['id']})")
+        out.append(f"{indent}  Evidence: {f['evidence']}")
+        out.append(f"{indent}  Recommendation: {f['recommendation']}")
+    return out
+
+
+def _md_findings(findings: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for f in findings:
+        out += [f"- **[{_md_cell(f['severity'])}] {_md_cell(f['title'])}** (`{f['id']}`)"]
+        out += [
+            f"  - Evidence: {_md_cell(f['evidence'])}",
+            f"  - Recommendation: {_md_cell(f['recommendation'])}",
+        ]
+    return out
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _left_aligned(header: list[str]) -> set[int]:
+    # numbers right-aligned; the step label and operator names left-aligned
+    return {len(header) - 1} if header[-1] == "Name" else {0}
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    left = _left_aligned(header)
+    align = "|" + "|".join("---" if i in left else "---:" for i in range(len(header))) + "|"
+    lines = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in [header, *rows]]
+    return [lines[0], align, *lines[1:]]
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    out = [f"# lightning-perf report: {_md_cell(report['run_dir'])}", ""]
+    if report["summary"]:
+        out += [_md_cell(_summary_line(report["summary"])), ""]
+    out += [f"> Note: {_md_cell(note)}" for note in report["notes"]]
+    for trace in report["traces"]:
+        out += ["", f"## {_md_cell(_trace_title(trace))}", ""]
+        out += [f"> Note: {_md_cell(note)}" for note in _trace_notes(trace)]
+        if trace["steps"]:
+            out += ["### Step breakdown (ms)", ""] + _md_table(*_step_rows(trace)) + [""]
+        out += [_busy_line(trace), ""]
+        out += [f"- {_md_cell(line)}" for line in figure_lines(trace)] + [""]
+        for title, key in (
+            ("CPU operators by self time", "top_cpu_operators"),
+            ("GPU kernels", "top_kernels"),
+        ):
+            if trace[key]:
+                out += (
+                    [f"### Top {len(trace[key])} {title}", ""] + _md_table(*_operator_rows(trace[key])) + [""]
+                )
+        out += ["### Findings from this trace", ""] + (_md_findings(trace["findings"]) or ["None."]) + [""]
+    if report["ranks"]:
+        out += ["", "## Across ranks", ""] + _md_table(*spread_rows(report["ranks"]))
+    if report["summary"]:
+        out += ["", "## Findings", ""]
+        if not report["findings"]:
+            out.append(f"None in {SUMMARY_FILENAME}.")
+        out += _md_findings(report["findings"])
+    return "\n".join(out).rstrip("\n") + "\n"
