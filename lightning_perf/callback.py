@@ -16,6 +16,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
 from lightning_perf.collect.config import PerfConfig
@@ -26,7 +27,7 @@ from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers as tensorboard
 from lightning_perf.output import windows
 
-KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
+KERNEL_BUSY_PCT = metrics.KERNEL_BUSY.tag
 
 log = logging.getLogger("lightning_perf")
 
@@ -55,11 +56,11 @@ class PerfCallback(Callback):
 
     Logged every ``log_every_n_steps`` batches (windows of very fast steps are stretched to whole multiples of
     it lasting at least ``log_min_interval_s``) through the Trainer's loggers, at ``trainer.global_step``: step
-    time, DataLoader wait, compute, throughput and utilization as ``perf/*`` metrics (the README's metric table
+    time, DataLoader wait, compute, throughput and utilization as ``perf_*/*`` metrics (the README's metric table
     lists each with its unit and meaning).
 
     At the end of ``fit`` the run summary is written to ``perf_summary.json`` in the log dir, with the
-    diagnosis (also in TensorBoard's Text tab as ``perf/diagnosis``, and on the console).
+    diagnosis (also in TensorBoard's Text tab as ``perf_text/diagnosis``, and on the console).
 
     Args:
         skip_first: training batches ignored before the first profiling cycle.
@@ -389,14 +390,14 @@ class PerfCallback(Callback):
         if session.window is not None:
             session.window.close()
         fit = session.stage == "fit"
-        sampler = self._stop_sampler() if fit else None
         # collectives only when every rank gets here the same way: a rank that raised calls none
         collective = fit and status == "finished"
         if fit and session.clock.window_steps:
-            try:
+            try:  # before the sampler stops, so the last window keeps its utilization figures
                 self._flush_window(trainer, session, collective)
             except Exception as err:
                 warnings.warn(f"lightning-perf: could not log the last window: {err}", stacklevel=2)
+        sampler = self._stop_sampler() if fit else None
         summary = run_end.complete(
             trainer,
             session,

@@ -4,7 +4,7 @@
   CUDA_VISIBLE_DEVICES) to NVML indices by UUID, else by PCI address; :func:`torch_cuda_uuid` and
   :func:`torch_cuda_pci` ask torch for them;
 - :class:`NvmlBackend` initialises NVML, resolves the device handles once and reads utilization, memory and
-  power per GPU, keyed by the ``perf/gpu_*`` metric names (:data:`GPU_KEYS`); a metric NVML answers
+  power per GPU, keyed by the ``perf_gpu/*`` metric tags (:data:`GPU_KEYS`); a metric NVML answers
   NOT_SUPPORTED to is dropped for that GPU;
 - :class:`GpuUnavailable` carries the reason NVML cannot measure, for the summary.
 
@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from lightning_perf.analysis import metrics
 from lightning_perf.errors import LightningPerfError
 
 log = logging.getLogger("lightning_perf")
@@ -25,10 +26,10 @@ log = logging.getLogger("lightning_perf")
 # Every GB figure (here and in utilization.py) is 1e9 bytes, as the metric docs say.
 BYTES_PER_GB = 1e9
 
-GPU_UTIL = "perf/gpu_util_pct"
-GPU_MEM_UTIL = "perf/gpu_mem_util_pct"
-GPU_MEM_USED = "perf/gpu_mem_used_gb"
-GPU_POWER = "perf/gpu_power_w"
+GPU_UTIL = metrics.GPU_UTIL.tag
+GPU_MEM_UTIL = metrics.GPU_MEM_UTIL.tag
+GPU_MEM_USED = metrics.GPU_MEM_USED.tag
+GPU_POWER = metrics.GPU_POWER.tag
 GPU_KEYS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER)
 
 UuidLookup = Callable[[int], "str | None"]

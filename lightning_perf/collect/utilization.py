@@ -1,19 +1,9 @@
 """Device utilization: GPU through NVML (nvidia-ml-py), CPU through psutil, sampled on a background thread.
 
 :class:`UtilSampler` reads every ``interval_s`` (default 0.1 s) and keeps averages per window
-(:meth:`UtilSampler.take_window`, since the previous call) and per run (:meth:`UtilSampler.summary`):
-
-- ``perf/gpu_util_pct``: share of time a kernel was running (NVML utilization ``.gpu``), 0-100
-- ``perf/gpu_mem_util_pct``: share of time device memory was read or written (``.memory``), 0-100
-- ``perf/gpu_mem_used_gb``: device memory in use, by all processes, GB (1 GB = 1e9 bytes)
-- ``perf/gpu_power_w``: board power draw, W (absent where NVML does not support it)
-- ``perf/cpu_util_pct``: CPU of the training process, percent of ONE core (200 = two cores busy)
-- ``perf/dataloader_workers_cpu_pct``: CPU of the DataLoader workers together (the live descendant processes
-  of the training process), percent of one core
-- ``perf/system_cpu_pct``: CPU of the whole machine, 0-100 over all cores
-- ``perf/process_rss_gb``: resident memory of the training process, GB
-- ``perf/workers_rss_gb``: resident memory of the workers summed, GB (pages a forked worker still shares
-  with the training process count once per worker, so this overstates)
+(:meth:`UtilSampler.take_window`, since the previous call) and per run (:meth:`UtilSampler.summary`) of the
+``perf_gpu/*`` and ``perf_cpu/*`` metrics (:mod:`lightning_perf.analysis.metrics` has their units and
+meanings). The DataLoader workers are the live descendant processes of the training process.
 
 Several GPUs in one process are averaged (peak memory is the largest on any one of them);
 :meth:`UtilSampler.device_summaries` keeps per-GPU run figures. A metric that was not measured is absent,
@@ -45,6 +35,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import CpuUtilization, GpuUtilization, UtilizationSummary
 from lightning_perf.collect.nvml import (
     BYTES_PER_GB,
@@ -82,11 +73,11 @@ STOP_JOIN_TIMEOUT_S = 10.0
 # workers. Matched on their command line; a forkserver's own children (the workers) still count.
 SERVICE_PROCESS_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
-CPU_UTIL = "perf/cpu_util_pct"
-WORKERS_CPU = "perf/dataloader_workers_cpu_pct"
-SYSTEM_CPU = "perf/system_cpu_pct"
-PROCESS_RSS = "perf/process_rss_gb"
-WORKERS_RSS = "perf/workers_rss_gb"
+CPU_UTIL = metrics.CPU_UTIL.tag
+WORKERS_CPU = metrics.WORKERS_CPU.tag
+SYSTEM_CPU = metrics.SYSTEM_CPU.tag
+PROCESS_RSS = metrics.PROCESS_RSS.tag
+WORKERS_RSS = metrics.WORKERS_RSS.tag
 
 
 def _cpu_seconds(process: Any) -> float:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, GpuUtilization, RunSummary
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
@@ -115,7 +116,7 @@ def write(
         from lightning_perf.analysis.findings_render import render_console, render_markdown
 
         markdown = render_markdown(summary.findings, summary)
-        tensorboard.add_text(trainer, "perf/diagnosis", markdown, trainer.global_step)
+        tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
         rank_zero_info(render_console(summary.findings))
     if "num_workers" in summary.probes:
         tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])

@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from lightning_perf.analysis import markdown
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.traces.analysis import (
@@ -279,30 +280,23 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _left_aligned(header: list[str]) -> set[int]:
     # numbers right-aligned; the step label and operator names left-aligned
     return {len(header) - 1} if header[-1] == "Name" else {0}
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    left = _left_aligned(header)
-    align = "|" + "|".join("---" if i in left else "---:" for i in range(len(header))) + "|"
-    lines = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in [header, *rows]]
-    return [lines[0], align, *lines[1:]]
+    return markdown.table(header, rows, right_aligned=set(range(len(header))) - _left_aligned(header))
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    out = [f"# lightning-perf report: {_md_cell(report['run_dir'])}", ""]
+    out = [f"# lightning-perf report: {markdown.cell(report['run_dir'])}", ""]
     if report["summary"]:
-        out += [_md_cell(_summary_line(report["summary"])), ""]
-    out += [f"> Note: {_md_cell(note)}" for note in report["notes"]]
+        out += [markdown.cell(_summary_line(report["summary"])), ""]
+    out += [f"> Note: {markdown.cell(note)}" for note in report["notes"]]
     for trace in report["traces"]:
-        out += ["", f"## {_md_cell(_trace_title(trace))}", ""]
-        out += [f"> Note: {_md_cell(note)}" for note in _trace_notes(trace)]
+        out += ["", f"## {markdown.cell(_trace_title(trace))}", ""]
+        out += [f"> Note: {markdown.cell(note)}" for note in _trace_notes(trace)]
         if trace["steps"]:
             out += ["### Step breakdown (ms)", ""] + _md_table(*_step_rows(trace)) + [""]
         out += [_busy_line(trace), ""]
@@ -319,9 +313,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         if not report["findings"]:
             out.append(f"None in {SUMMARY_FILENAME}.")
         for f in report["findings"]:
-            out += [f"- **[{_md_cell(f['severity'])}] {_md_cell(f['title'])}** (`{f['id']}`)"]
+            out += [f"- **[{markdown.cell(f['severity'])}] {markdown.cell(f['title'])}** (`{f['id']}`)"]
             out += [
-                f"  - Evidence: {_md_cell(f['evidence'])}",
-                f"  - Recommendation: {_md_cell(f['recommendation'])}",
+                f"  - Evidence: {markdown.cell(f['evidence'])}",
+                f"  - Recommendation: {markdown.cell(f['recommendation'])}",
             ]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -20,7 +20,7 @@ def fit(tmp_path, data, model=None, batches=24, **callback_kwargs):
 def diagnosis_text(log_dir):
     events = EventAccumulator(log_dir, size_guidance={"tensors": 0})
     events.Reload()
-    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("perf/diagnosis")]
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("perf_text/diagnosis")]
     return events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
 
 
