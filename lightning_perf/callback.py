@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import socket
-import sys
-import warnings
 from time import perf_counter
 from typing import Any, Literal
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
@@ -29,7 +26,7 @@ from lightning_perf.output import windows
 
 KERNEL_BUSY_PCT = metrics.KERNEL_BUSY.tag
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 _RUNTIME_ATTRS = (
     "_fit",
@@ -169,7 +166,8 @@ class PerfCallback(Callback):
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."
             )
-        _ensure_log_handler()
+        if self.config.enable_profiler:  # before the first torch profiler of the process starts
+            console.quiet_kineto(torch.cuda.is_available())
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
         self._trace_dir = self._resolve_dir(trainer)
         self._log_every = self.config.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 50))
@@ -295,7 +293,7 @@ class PerfCallback(Callback):
             self._sampler = UtilSampler(self.config.util_interval_s, cuda_devices, exclude_pids=other_ranks)
             self._sampler.start()
         except Exception as err:
-            warnings.warn(f"lightning-perf: utilization sampling is off: {err}", stacklevel=2)
+            log.warning(f"lightning-perf: utilization sampling is off: {err}")
             self._sampler = None
 
     def _stop_sampler(self) -> Any:
@@ -396,7 +394,7 @@ class PerfCallback(Callback):
             try:  # before the sampler stops, so the last window keeps its utilization figures
                 self._flush_window(trainer, session, collective)
             except Exception as err:
-                warnings.warn(f"lightning-perf: could not log the last window: {err}", stacklevel=2)
+                log.warning(f"lightning-perf: could not log the last window: {err}")
         sampler = self._stop_sampler() if fit else None
         summary = run_end.complete(
             trainer,
@@ -415,14 +413,4 @@ class PerfCallback(Callback):
         if summary is not None:
             self.last_summary = summary
         if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
-            rank_zero_info(message)
-
-
-def _ensure_log_handler() -> None:
-    # our info lines ("no GPU", "run shorter than the schedule") should be seen, as Lightning's are
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
+            log.info(message)

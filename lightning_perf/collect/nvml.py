@@ -14,14 +14,14 @@ from Lightning. :class:`lightning_perf.collect.utilization.UtilSampler` samples 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
+from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.errors import LightningPerfError
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 # Every GB figure (here and in utilization.py) is 1e9 bytes, as the metric docs say.
 BYTES_PER_GB = 1e9

@@ -10,13 +10,12 @@ times out or fails turns the cross-rank figures off with one warning, and traini
 from __future__ import annotations
 
 import datetime
-import logging
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
 
+from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import RankStats, RunSummary
 
@@ -25,7 +24,7 @@ DATA_WAIT_MS = metrics.DATA_WAIT.tag
 GPU_UTIL = metrics.GPU_UTIL.tag
 CPU_UTIL = metrics.CPU_UTIL.tag
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 # the figures exchanged (absent ones travel as NaN and stay absent)
 REDUCED_KEYS = tuple(m.tag for m in metrics.ACROSS_RANKS)
@@ -117,7 +116,7 @@ class RankReducer:
     def _disable(self, reason: str) -> None:
         # from now on gather() answers None: no cross-rank figures rather than one rank's as everyone's
         if not self.failed:
-            warnings.warn(f"lightning-perf: cross-rank figures are off for this run: {reason}", stacklevel=3)
+            log.warning(f"lightning-perf: cross-rank figures are off for this run: {reason}")
         self.failed = True
 
 

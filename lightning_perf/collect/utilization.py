@@ -27,7 +27,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import threading
@@ -35,6 +34,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import CpuUtilization, GpuUtilization, UtilizationSummary
 from lightning_perf.collect.nvml import (
@@ -52,7 +52,7 @@ from lightning_perf.collect.nvml import (
     torch_cuda_uuid,
 )
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 DEFAULT_INTERVAL_S = 0.1
 # CPU figures come from cumulative counters (CPU seconds), so reading them once a second loses nothing of their

@@ -10,11 +10,9 @@ import dataclasses
 import datetime
 import os
 import statistics
-import warnings
 from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.utilities import rank_zero_info
-
+from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, GpuUtilization, RunSummary
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
@@ -28,6 +26,8 @@ if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
     from lightning_perf.collect.config import PerfConfig
+
+log = console.logger(__name__)
 
 # the verdicts for which probe_num_workers="auto" measures the DataLoader
 _PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
@@ -117,7 +117,7 @@ def write(
 
         markdown = render_markdown(summary.findings, summary)
         tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
-        rank_zero_info(render_console(summary.findings))
+        log.info(render_console(summary.findings))
     if "num_workers" in summary.probes:
         tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
     if log_hparams:
@@ -178,7 +178,7 @@ def complete(
                 probe_budget_s=config.probe_budget_s,
             )
     except Exception as err:
-        warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
+        log.warning(f"lightning-perf: could not complete the run summary: {err}")
         return None
     if trainer.is_global_zero:
         try:
@@ -190,5 +190,5 @@ def complete(
                 hp_placeholder=hp_placeholder,
             )
         except Exception as err:
-            warnings.warn(f"lightning-perf: could not write the run summary: {err}", stacklevel=2)
+            log.warning(f"lightning-perf: could not write the run summary: {err}")
     return summary

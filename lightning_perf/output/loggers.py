@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_perf import console
 from lightning_perf.analysis import metrics as registry
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 
 def tensorboard_logger(trainer: Any) -> Any | None:

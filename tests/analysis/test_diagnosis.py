@@ -9,7 +9,12 @@ import pytest
 
 from lightning_perf.analysis import diagnosis
 from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
-from lightning_perf.analysis.findings_render import render_console, render_markdown
+from lightning_perf.analysis.findings_render import (
+    CONSOLE_WIDTH,
+    render_console,
+    render_markdown,
+    render_probe_markdown,
+)
 from lightning_perf.analysis.summary import (
     CpuUtilization,
     Distribution,
@@ -535,12 +540,33 @@ def test_console_block_is_compact():
     text = render_console(findings, max_lines=3)
     lines = text.splitlines()
     assert lines[0].startswith("lightning-perf: highly input-bound - DataLoader wait is 43.2%")
-    assert len(lines) == 5  # verdict, 3 findings, "... more"
+    assert lines[1].split() == ["severity", "finding", "what", "to", "do"]  # a table drawn by rich
+    rows = [line.split(None, 1) for line in lines[3:-1]]
+    assert len(rows) == 3 and all(len(line) <= CONSOLE_WIDTH for line in lines[1:])
     # 0 workers: a batch loads in the 5.3 ms wait and computes in 12.1 - 5.3 ms -> ceil(1.2 * 5.3 / 6.8) = 1
-    assert lines[1] == "  [high] Training is highly input-bound: set `num_workers=1`"
-    assert "more in perf_summary.json" in lines[-1]
-    assert "  [medium] pin_memory is off while training on CUDA: set `pin_memory=True`" in lines
+    assert rows[0][0] == "high" and rows[0][1].endswith("set `num_workers=1`")
+    assert "Training is highly input-bound" in rows[0][1]
+    assert any(r[1].startswith("pin_memory is off while training on CUDA") for r in rows)
+    assert lines[-1] == "2 more in perf_summary.json and TensorBoard's Text tab"
 
 
 def test_console_without_timing():
     assert render_console([]) == "lightning-perf: no timing data"
+
+
+def test_probe_is_a_table_not_a_chart():
+    probe = {
+        "candidates": [
+            {"num_workers": 0, "batches_per_sec": 40.0, "startup_ms": 1.0, "error": None},
+            {"num_workers": 2, "batches_per_sec": None, "startup_ms": None, "error": "worker died | code 1"},
+        ],
+        "compute_batches_per_sec": 80.0,
+        "suggested": 2,
+        "reason": "measured",
+    }
+    lines = render_probe_markdown(probe).splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    assert table[0] == "| num_workers | batches/s | start-up (ms) | error |"
+    assert table[2] == "| 0 | 40.0 | 1.0 |  |"
+    assert table[3] == "| 2 | n/a | n/a | worker died \\| code 1 |"  # the pipe does not split the row
+    assert "The model computes 80.0 batches/s." in lines and "Suggested: `num_workers=2`. measured" in lines
