@@ -82,7 +82,9 @@ def test_kineto_console_lines_are_off_on_cpu_unless_the_user_set_the_level():
     assert quiet.returncode == 0, quiet.stderr
     assert "USDT" not in quiet.stderr and "gpuGetDeviceCount" not in quiet.stderr
     env[console.KINETO_LOG_LEVEL_ENV] = "0"  # the user's choice wins
-    chatty = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    chatty = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert "profiler_start" in chatty.stderr
 
 

@@ -2,12 +2,10 @@
 and the cap on trace bytes."""
 
 import glob
-import logging
 import json
+import logging
 import os
 import re
-
-import pytest
 
 from lightning_perf import PerfCallback
 from lightning_perf.cli import main as cli_main
