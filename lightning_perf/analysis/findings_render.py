@@ -20,6 +20,7 @@ from rich.table import Table
 from lightning_perf.analysis import markdown
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rule_helpers import change_text
 from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.analysis.thresholds import VERDICTS
 
@@ -43,7 +44,7 @@ def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:
         return "\n".join(lines) + "\n"
     header = ["Severity", "Finding", "Evidence", "Recommendation", "Settings change"]
     rows = [
-        [f.severity, f.title, f.evidence, f.recommendation, _change_text(f.settings_change) or "-"]
+        [f.severity, f.title, f.evidence, f.recommendation, change_text(f.settings_change) or "-"]
         for f in actionable
     ]
     lines += markdown.table(header, rows)
@@ -67,7 +68,7 @@ def render_console(findings: Sequence[Finding], max_lines: int = 5) -> str:
     for column in ("severity", "finding", "what to do"):
         table.add_column(column, overflow="fold")
     for f in actionable[:max_lines]:
-        change = _change_text(f.settings_change)
+        change = change_text(f.settings_change)
         table.add_row(f.severity, f.title, f"set {change}" if change else f.recommendation)
     if len(actionable) > max_lines:
         table.caption = f"{len(actionable) - max_lines} more in perf_summary.json and TensorBoard's Text tab"
@@ -118,7 +119,3 @@ def _key_figures(summary: RunSummary) -> str:
     if gpu is not None and _num(gpu.util_pct) is not None:
         parts.append(f"GPU utilization {_fmt(gpu.util_pct)}%")
     return ("Run: " + ", ".join(parts) + ".") if parts else ""
-
-
-def _change_text(change: dict[str, Any]) -> str:
-    return ", ".join(f"`{k}={v!r}`" for k, v in change.items())

@@ -104,3 +104,8 @@ def estimate_workers(summary: RunSummary) -> tuple[int, str] | None:
         f"estimated: a batch takes ~{_fmt(load_ms)} ms to load and {_fmt(compute)} ms to compute, "
         f"with a {WORKERS_MARGIN}x margin"
     )
+
+
+def change_text(change: dict[str, Any]) -> str:
+    """A settings change as the user writes it: `num_workers=4`, `pin_memory=True`."""
+    return ", ".join(f"`{k}={v!r}`" for k, v in change.items())

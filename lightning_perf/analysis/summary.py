@@ -150,6 +150,12 @@ class Settings:
     host: str | None = None
     model_has_conv: bool | None = None
     input_shapes_vary: bool | None = None
+    # how often validation runs, as the user set it, so advice can use the user's own terms
+    val_check_interval: float | int | None = None
+    check_val_every_n_epoch: int | None = None
+    limit_val_batches: float | int | None = None
+    max_epochs: int | None = None
+    train_batches_per_epoch: int | None = None
 
 
 @dataclass

@@ -43,5 +43,7 @@ SETTING_TARGETS = {
     "benchmark": "Trainer",
     "precision": "Trainer",
     "check_val_every_n_epoch": "Trainer",
+    "val_check_interval": "Trainer",
+    "limit_val_batches": "Trainer",
     "every_n_epochs": "ModelCheckpoint",
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 from typing import Any
 
@@ -26,6 +27,21 @@ def model_has_conv(module: torch.nn.Module | None) -> bool | None:
     if module is None:
         return None
     return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
+
+
+def _whole(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _validation_settings(trainer: Any, settings: Settings) -> None:
+    """How often validation runs (and for how many epochs), as the user set it on the Trainer."""
+    interval = getattr(trainer, "val_check_interval", None)
+    settings.val_check_interval = interval if isinstance(interval, (int, float)) else None
+    settings.check_val_every_n_epoch = _whole(getattr(trainer, "check_val_every_n_epoch", None))
+    limit = getattr(trainer, "limit_val_batches", None)
+    settings.limit_val_batches = limit if isinstance(limit, (int, float)) else None
+    settings.max_epochs = _whole(getattr(trainer, "max_epochs", None))
+    settings.train_batches_per_epoch = _whole(getattr(trainer, "num_training_batches", None))
 
 
 def collect_settings(
@@ -55,6 +71,7 @@ def collect_settings(
         model_has_conv=model_has_conv(trainer.lightning_module),
         input_shapes_vary=input_shapes_vary,
     )
+    _validation_settings(trainer, settings)
     if device.type == "cuda":
         settings.gpu_name = torch.cuda.get_device_name(device)
     if dataloader is not None:
