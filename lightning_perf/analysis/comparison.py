@@ -20,6 +20,7 @@ from typing import Any
 
 from lightning_perf.analysis import markdown, metrics
 from lightning_perf.analysis.numbers import finite as _finite
+from lightning_perf.analysis.numbers import is_number, whole
 from lightning_perf.analysis.summary import RunSummary, Settings, TimingSummary, UtilizationSummary
 from lightning_perf.errors import LightningPerfError
 
@@ -150,14 +151,14 @@ def check_summary(summary: RunSummary) -> None:
         if not isinstance(getattr(summary, name), kind):
             raise ValueError(f"{name} is {getattr(summary, name)!r}, expected an object")
     steps = summary.timing.steps
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+    if whole(steps) is None or steps < 0:
         raise ValueError(f"timing.steps is {steps!r}, expected a whole number >= 0")
     for spec in METRICS:
         try:
             value = spec.get(summary)
         except AttributeError as err:
             raise ValueError(f"cannot read {spec.key}: {err}") from err
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is not None and not is_number(value):
             raise ValueError(f"{spec.key} is {value!r}, expected a number or null")
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.analysis.thresholds import CUDA_ACCELERATORS, OVERHEAD_SHARE_PCT, WORKERS_MARGIN
 
@@ -62,7 +63,7 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     current = summary.settings.num_workers
     probe = summary.probes.get("num_workers")
     suggested = probe_value(probe, "suggested") if probe is not None else None
-    if isinstance(suggested, int) and not isinstance(suggested, bool):
+    if whole(suggested) is not None:
         reason = probe_value(probe, "reason") or "no reason recorded"
         if current is not None and suggested <= current:
             return None, f"the num_workers probe found nothing faster than {current}: {reason}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.rule_helpers import change_text, every_n, others, share_pct
 from lightning_perf.analysis.summary import Finding, RunSummary, Settings
 from lightning_perf.analysis.thresholds import (
@@ -56,7 +57,7 @@ def validate_less_often(settings: Settings, rarer: int) -> dict[str, Any]:
             return {"val_check_interval": round(interval * rarer, 3)}
         change["val_check_interval"] = 1.0
         rarer = math.ceil(interval * rarer)
-    elif isinstance(interval, int) and not isinstance(interval, bool):
+    elif whole(interval) is not None:
         # a number of batches between validations; within an epoch unless check_val_every_n_epoch is None
         batches = interval * rarer
         per_epoch_batches = settings.train_batches_per_epoch
@@ -73,7 +74,7 @@ def validate_less_often(settings: Settings, rarer: int) -> dict[str, Any]:
 def fewer_validation_batches(settings: Settings, rarer: int) -> dict[str, Any]:
     """``limit_val_batches`` ``rarer`` times smaller than the user's (a fraction stays a fraction)."""
     limit = 1.0 if settings.limit_val_batches is None else settings.limit_val_batches
-    if isinstance(limit, int) and not isinstance(limit, bool):
+    if whole(limit) is not None:
         return {"limit_val_batches": max(1, limit // rarer)}
     return {"limit_val_batches": round(limit / rarer, 3)}
 

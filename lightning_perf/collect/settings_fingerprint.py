@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import socket
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_perf.analysis.numbers import finite, is_number
 from lightning_perf.analysis.summary import Settings
 from lightning_perf.collect.utilization import usable_cpu_count
 
@@ -30,16 +30,17 @@ def model_has_conv(module: torch.nn.Module | None) -> bool | None:
 
 
 def _whole(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    number = finite(value)  # num_training_batches is inf for a loader without a length
+    return None if number is None else int(number)
 
 
 def _validation_settings(trainer: Any, settings: Settings) -> None:
     """How often validation runs (and for how many epochs), as the user set it on the Trainer."""
     interval = getattr(trainer, "val_check_interval", None)
-    settings.val_check_interval = interval if isinstance(interval, (int, float)) else None
+    settings.val_check_interval = interval if is_number(interval) else None
     settings.check_val_every_n_epoch = _whole(getattr(trainer, "check_val_every_n_epoch", None))
     limit = getattr(trainer, "limit_val_batches", None)
-    settings.limit_val_batches = limit if isinstance(limit, (int, float)) else None
+    settings.limit_val_batches = limit if is_number(limit) else None
     settings.max_epochs = _whole(getattr(trainer, "max_epochs", None))
     settings.train_batches_per_epoch = _whole(getattr(trainer, "num_training_batches", None))
 

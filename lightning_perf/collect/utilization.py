@@ -27,7 +27,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 from lightning_perf import console
 from lightning_perf.analysis import metrics
+from lightning_perf.analysis.numbers import finite, whole
 from lightning_perf.analysis.summary import CpuUtilization, GpuUtilization, UtilizationSummary
 from lightning_perf.collect.nvml import (
     BYTES_PER_GB,
@@ -214,14 +214,6 @@ def usable_cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 class UtilSampler:
     """Samples GPU (NVML) and CPU (psutil) utilization on a daemon thread; see the module docstring.
 
@@ -253,16 +245,15 @@ class UtilSampler:
         exclude_pids: list[int] | None = None,
         cpu_interval_s: float | None = None,
     ) -> None:
-        number = isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
-        if not (number and math.isfinite(interval_s) and interval_s > 0):
+        if not (finite(interval_s) is not None and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
-        if cuda_devices is not None and not all(_is_int(i) and i >= 0 for i in cuda_devices):
+        if cuda_devices is not None and not all(whole(i) is not None and i >= 0 for i in cuda_devices):
             raise ValueError(
                 f"cuda_devices must be a list of CUDA indices >= 0 or None, got {cuda_devices!r}"
             )
-        if pid is not None and not (_is_int(pid) and pid > 0):
+        if pid is not None and not (whole(pid) is not None and pid > 0):
             raise ValueError(f"pid must be a process id > 0 or None (this process), got {pid!r}")
-        if cpu_interval_s is not None and not (_is_number(cpu_interval_s) and cpu_interval_s >= 0):
+        if cpu_interval_s is not None and not (finite(cpu_interval_s) is not None and cpu_interval_s >= 0):
             raise ValueError(
                 f"cpu_interval_s must be a number of seconds >= 0 or None, got {cpu_interval_s!r}"
             )
