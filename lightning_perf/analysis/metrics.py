@@ -233,7 +233,7 @@ SUMMARY_METRICS = tuple(m for m in METRICS if m.kind == "summary")
 ACROSS_RANKS = tuple(m for m in METRICS if m.across_ranks)
 GPU_WINDOW_METRICS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER)
 
-# tags before the regrouping into TensorBoard sections (0.2.0): CHANGELOG's migration note lists these
+# tags of 0.1.0, before the regrouping into TensorBoard sections: CHANGELOG's migration note lists these
 RENAMED_FROM = {
     "perf/step_time_ms": STEP_TIME,
     "perf/compute_ms": COMPUTE,
