@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rule_helpers import (
-    on_cuda,
-)
+from lightning_perf.analysis.rule_helpers import on_cuda
 from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.analysis.thresholds import (
     BF16_MIN_CC,
@@ -25,23 +23,31 @@ def cudnn_benchmark(summary: RunSummary, verdict: str | None) -> Finding | None:
     if not on_cuda(summary) or settings.cudnn_benchmark is not False or settings.model_has_conv is not True:
         return None
     evidence = "torch.backends.cudnn.benchmark is off and the model has convolutions"
-    if settings.cudnn_deterministic:
-        return Finding(
-            id="cudnn_benchmark",
-            severity="info",
-            title="cuDNN autotuning is off for determinism",
-            evidence=evidence + ", but cudnn.deterministic=True was requested.",
-            recommendation="Keep it off: benchmark=True would let cuDNN pick non-deterministic algorithms.",
-        )
-    if settings.input_shapes_vary:
-        return Finding(
-            id="cudnn_benchmark",
-            severity="info",
-            title="cuDNN autotuning is off (input shapes vary)",
-            evidence=evidence + ", and input shapes vary between batches.",
-            recommendation="Keep it off: benchmark=True re-tunes every new shape, which costs more than it "
-            "saves unless shapes are padded or bucketed to a few sizes.",
-        )
+    # off for a good reason: said as information, with why it should stay off
+    reasons = [
+        (
+            settings.cudnn_deterministic,
+            "for determinism",
+            ", but cudnn.deterministic=True was requested.",
+            "benchmark=True would let cuDNN pick non-deterministic algorithms.",
+        ),
+        (
+            settings.input_shapes_vary,
+            "(input shapes vary)",
+            ", and input shapes vary between batches.",
+            "benchmark=True re-tunes every new shape, which costs more than it saves unless shapes are "
+            "padded or bucketed to a few sizes.",
+        ),
+    ]
+    for applies, why, detail, keep_off in reasons:
+        if applies:
+            return Finding(
+                id="cudnn_benchmark",
+                severity="info",
+                title=f"cuDNN autotuning is off {why}",
+                evidence=evidence + detail,
+                recommendation=f"Keep it off: {keep_off}",
+            )
     constant = settings.input_shapes_vary is False
     return Finding(
         id="cudnn_benchmark",
