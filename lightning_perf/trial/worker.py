@@ -45,11 +45,11 @@ TRIAL_TRAINER_DEFAULTS: dict[str, Any] = {
     "enable_model_summary": False,
     "profiler": None,
 }
+log = console.logger(__name__)
+
 # PerfCallback arguments when the trial adds the callback: no num_workers probe, the trial is the experiment
 TRIAL_PERF_DEFAULTS: dict[str, Any] = {"probe_num_workers": "never"}
 # the CLI's default seed (a config's seed_everything wins): every variant starts from the same weights and data
-log = console.logger(__name__)
-
 TRIAL_SEED = 0
 # "step k/N" lines per variant: about one every 10% of the steps
 PROGRESS_REPORTS = 10
