@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import socket
-import sys
-import warnings
 from time import perf_counter
 from typing import Any, Literal
 
+import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from lightning_perf import console
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
 from lightning_perf.collect.config import PerfConfig
@@ -25,7 +24,9 @@ from lightning_perf.output import loggers as tensorboard
 from lightning_perf.output import windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
 
-log = logging.getLogger("lightning_perf")
+KERNEL_BUSY_PCT = metrics.KERNEL_BUSY.tag
+
+log = console.logger(__name__)
 
 _RUNTIME_ATTRS = (
     "_fit",
@@ -51,11 +52,11 @@ class PerfCallback(Callback):
 
     Logged every ``log_every_n_steps`` batches (windows of very fast steps are stretched to whole multiples of
     it lasting at least ``log_min_interval_s``) through the Trainer's loggers, at ``trainer.global_step``: step
-    time, DataLoader wait, compute, throughput and utilization as ``perf/*`` metrics (the README's metric table
+    time, DataLoader wait, compute, throughput and utilization as ``perf_*/*`` metrics (the README's metric table
     lists each with its unit and meaning).
 
     At the end of ``fit`` the run summary is written to ``perf_summary.json`` in the log dir, with the
-    diagnosis (also in TensorBoard's Text tab as ``perf/diagnosis``, and on the console).
+    diagnosis (also in TensorBoard's Text tab as ``perf_text/diagnosis``, and on the console).
 
     Args:
         skip_first: training batches ignored before the first profiling cycle.
@@ -163,7 +164,8 @@ class PerfCallback(Callback):
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."
             )
-        _ensure_log_handler()
+        if self.config.enable_profiler:  # before the first torch profiler of the process starts
+            console.quiet_kineto(torch.cuda.is_available())
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
         self._trace_dir = self._resolve_dir(trainer)
         self._log_every = self.config.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 50))
@@ -278,7 +280,7 @@ class PerfCallback(Callback):
             self._sampler.pause()  # the first epoch's start is not a step: the first batch resumes it
             self._sampler.start()
         except Exception as err:
-            warnings.warn(f"lightning-perf: utilization sampling is off: {err}", stacklevel=2)
+            log.warning(f"lightning-perf: utilization sampling is off: {err}")
             self._sampler = None
 
     def _stop_sampler(self) -> Any:
@@ -373,14 +375,14 @@ class PerfCallback(Callback):
         if session.window is not None:
             session.window.close()
         fit = session.stage == "fit"
-        sampler = self._stop_sampler() if fit else None
         # collectives only when every rank gets here the same way: a rank that raised calls none
         collective = fit and status == "finished"
         if fit and session.clock.window_steps:
-            try:
+            try:  # before the sampler stops, so the last window keeps its utilization figures
                 self._flush_window(trainer, session, collective)
             except Exception as err:
-                warnings.warn(f"lightning-perf: could not log the last window: {err}", stacklevel=2)
+                log.warning(f"lightning-perf: could not log the last window: {err}")
+        sampler = self._stop_sampler() if fit else None
         summary = run_end.complete(
             trainer,
             session,
@@ -398,14 +400,4 @@ class PerfCallback(Callback):
         if summary is not None:
             self.last_summary = summary
         if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
-            rank_zero_info(message)
-
-
-def _ensure_log_handler() -> None:
-    # our info lines ("no GPU", "run shorter than the schedule") should be seen, as Lightning's are
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
+            log.info(message)

@@ -14,11 +14,13 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.analysis import markdown, metrics
+from lightning_perf.analysis.numbers import finite as _finite
+from lightning_perf.analysis.numbers import is_number, whole
 from lightning_perf.analysis.summary import RunSummary, Settings, TimingSummary, UtilizationSummary
 from lightning_perf.errors import LightningPerfError
 
@@ -107,17 +109,20 @@ def _cpu(s: RunSummary, name: str) -> float | None:
     return getattr(cpu, name) if cpu is not None else None
 
 
-METRICS: tuple[_MetricSpec, ...] = (
-    _MetricSpec("step_time_median_ms", "median step time", "ms", "lower", lambda s: _step_time(s, "median")),
-    _MetricSpec("step_time_p90_ms", "p90 step time", "ms", "lower", lambda s: _step_time(s, "p90")),
-    _MetricSpec("data_wait_pct", "data wait", "%", "lower", lambda s: s.timing.data_wait_pct),
-    _MetricSpec("samples_per_sec", "throughput", "samples/s", "higher", lambda s: s.timing.samples_per_sec),
-    _MetricSpec("gpu_util_pct", "GPU util", "%", "higher", lambda s: _gpu(s, "util_pct"), True),
-    _MetricSpec("kernel_busy_pct", "kernel busy", "%", "higher", lambda s: _gpu(s, "kernel_busy_pct"), True),
-    _MetricSpec(
-        "peak_gpu_mem_gb", "peak GPU memory", "GB", None, lambda s: _gpu(s, "peak_mem_used_gb"), True
-    ),
-    _MetricSpec("process_cpu_pct", "process CPU", "%", None, lambda s: _cpu(s, "process_cpu_pct")),
+# how each summary metric of the registry (lightning_perf.analysis.metrics) is read from a run summary, and
+# whether it is hidden when no run has it (GPU figures)
+_READERS: dict[str, tuple[Callable[[RunSummary], float | None], bool]] = {
+    "step_time_median_ms": (lambda s: _step_time(s, "median"), False),
+    "step_time_p90_ms": (lambda s: _step_time(s, "p90"), False),
+    "data_wait_pct": (lambda s: s.timing.data_wait_pct, False),
+    "samples_per_sec": (lambda s: s.timing.samples_per_sec, False),
+    "gpu_util_pct": (lambda s: _gpu(s, "util_pct"), True),
+    "kernel_busy_pct": (lambda s: _gpu(s, "kernel_busy_pct"), True),
+    "peak_gpu_mem_gb": (lambda s: _gpu(s, "peak_mem_used_gb"), True),
+    "process_cpu_pct": (lambda s: _cpu(s, "process_cpu_pct"), False),
+}
+METRICS: tuple[_MetricSpec, ...] = tuple(
+    _MetricSpec(m.key, m.label, m.unit, m.better, *_READERS[m.key]) for m in metrics.SUMMARY_METRICS
 )
 HEADLINE_KEY = "step_time_median_ms"
 
@@ -146,14 +151,14 @@ def check_summary(summary: RunSummary) -> None:
         if not isinstance(getattr(summary, name), kind):
             raise ValueError(f"{name} is {getattr(summary, name)!r}, expected an object")
     steps = summary.timing.steps
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+    if whole(steps) is None or steps < 0:
         raise ValueError(f"timing.steps is {steps!r}, expected a whole number >= 0")
     for spec in METRICS:
         try:
             value = spec.get(summary)
         except AttributeError as err:
             raise ValueError(f"cannot read {spec.key}: {err}") from err
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is not None and not is_number(value):
             raise ValueError(f"{spec.key} is {value!r}, expected a number or null")
 
 
@@ -197,13 +202,6 @@ def _settings_diffs(summaries: Sequence[RunSummary]) -> tuple[dict[str, list[Any
         if any(v != values[0] for v in values[1:]):
             (environment if f.name in ENVIRONMENT_KEYS else settings)[f.name] = values
     return settings, environment
-
-
-def _finite(value: Any) -> float | None:
-    # absent or non-finite figures are "n/a", never 0
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _metric_row(spec: _MetricSpec, summaries: Sequence[RunSummary], baseline: int) -> MetricRow:
@@ -385,33 +383,26 @@ def render_text(c: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _md(text: str) -> str:
-    # code spans keep underscores in run and setting names from turning into emphasis
-    return "`" + text.replace("`", "'") + "`"
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    def line(cells: list[str]) -> str:
-        # a pipe would split the cell, even inside a code span
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
-
-    return [line(header), "|" + "---|" * len(header), *(line(r) for r in rows)]
-
-
 def render_markdown(c: Comparison) -> str:
     """The same content as :func:`render_text` as GitHub/TensorBoard markdown."""
-    names = [_md(name) + _baseline_marker(c, name) for name in c.run_names]
-    lines = [f"### Performance comparison ({len(c.run_names)} runs, baseline {_md(c.baseline)})", ""]
+    names = [markdown.code(name) + _baseline_marker(c, name) for name in c.run_names]
+    lines = [
+        f"### Performance comparison ({len(c.run_names)} runs, baseline {markdown.code(c.baseline)})",
+        "",
+    ]
     lines += [f"> **{w}**" if w.startswith("warning") else f"> {w}" for w in c.warnings]
     if c.warnings:
         lines.append("")
     lines += [f"**Verdict:** {c.verdict}", ""]
     if c.settings_diff:
-        settings = [[_md(key), *(_md(_plain(v)) for v in vals)] for key, vals in c.settings_diff.items()]
-        lines += _md_table(["setting", *names], settings) + [""]
+        settings = [
+            [markdown.code(key), *(markdown.code(_plain(v)) for v in vals)]
+            for key, vals in c.settings_diff.items()
+        ]
+        lines += markdown.table(["setting", *names], settings) + [""]
     else:
         lines += ["No settings differ between the runs.", ""]
-    lines += _md_table(["metric", *names], [[row.label, *_cells(c, row)] for row in c.metrics])
+    lines += markdown.table(["metric", *names], [[row.label, *_cells(c, row)] for row in c.metrics])
     return "\n".join(lines) + "\n"
 
 

@@ -1,17 +1,26 @@
 """Diagnosis rendering: the Markdown report for TensorBoard's Text tab and the end-of-fit console block.
 
 :func:`render_markdown` and :func:`render_console` turn the :class:`Finding` s of
-:func:`lightning_perf.analysis.diagnosis.diagnose` (and the run's key figures) into text; the rules themselves stay in
-:mod:`lightning_perf.analysis.diagnosis`. Pure string formatting: this module imports nothing from Lightning or torch.
+:func:`lightning_perf.analysis.diagnosis.diagnose` (and the run's key figures) into text, and
+:func:`render_probe_markdown` the num_workers probe into a table; the rules themselves stay in
+:mod:`lightning_perf.analysis.diagnosis`. Pure formatting (the console table is drawn by rich): nothing from
+Lightning or torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from lightning_perf.analysis import markdown
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rule_helpers import change_text
 from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.analysis.thresholds import VERDICTS
 
@@ -33,30 +42,67 @@ def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:
     if not actionable:
         lines.append("No other findings: nothing to change.")
         return "\n".join(lines) + "\n"
-    lines += [
-        "| Severity | Finding | Evidence | Recommendation | Settings change |",
-        "|---|---|---|---|---|",
+    header = ["Severity", "Finding", "Evidence", "Recommendation", "Settings change"]
+    rows = [
+        [f.severity, f.title, f.evidence, f.recommendation, change_text(f.settings_change) or "-"]
+        for f in actionable
     ]
-    for f in actionable:
-        cells = (f.severity, f.title, f.evidence, f.recommendation, _change_text(f.settings_change) or "-")
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += markdown.table(header, rows)
     return "\n".join(lines) + "\n"
 
 
+# the console table's width: wide enough for a finding's title and its settings change on one line each
+CONSOLE_WIDTH = 110
+
+
 def render_console(findings: Sequence[Finding], max_lines: int = 5) -> str:
-    """A compact block for the end of fit: the verdict, then the most severe findings and their change."""
+    """A compact block for the end of fit: the verdict, then a table of the most severe findings."""
     verdict = next((f for f in findings if f.id == "input_bound"), None)
     head = "lightning-perf: " + (
         f"{_verdict_text(verdict)} - {verdict.evidence}" if verdict else "no timing data"
     )
-    lines = [head]
     actionable = [f for f in findings if f.severity != "info"]
+    if not actionable:
+        return head
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, caption_justify="left")
+    for column in ("severity", "finding", "what to do"):
+        table.add_column(column, overflow="fold")
     for f in actionable[:max_lines]:
-        change = _change_text(f.settings_change)
-        lines.append(f"  [{f.severity}] {f.title}: " + (f"set {change}" if change else f.recommendation))
+        change = change_text(f.settings_change)
+        table.add_row(f.severity, f.title, f"set {change}" if change else f.recommendation)
     if len(actionable) > max_lines:
-        lines.append(f"  ... {len(actionable) - max_lines} more in perf_summary.json / TensorBoard Text tab")
-    return "\n".join(lines)
+        table.caption = f"{len(actionable) - max_lines} more in perf_summary.json and TensorBoard's Text tab"
+    return head + "\n" + _plain_text(table)
+
+
+def render_probe_markdown(probe: Mapping[str, Any]) -> str:
+    """The num_workers probe as a Markdown table: delivered batches/s per num_workers, the model's rate."""
+    rows = []
+    for candidate in probe.get("candidates", []):
+        rows.append(
+            [
+                str(candidate.get("num_workers")),
+                _fmt(_num(candidate.get("batches_per_sec"))),
+                _fmt(_num(candidate.get("startup_ms"))),
+                str(candidate.get("error") or ""),
+            ]
+        )
+    lines = ["## lightning-perf num_workers probe", ""]
+    lines += markdown.table(
+        ["num_workers", "batches/s", "start-up (ms)", "error"], rows, right_aligned={0, 1, 2}
+    )
+    compute = _num(probe.get("compute_batches_per_sec"))
+    lines += ["", f"The model computes {_fmt(compute)} batches/s."] if compute is not None else []
+    if probe.get("suggested") is not None:
+        lines += ["", f"Suggested: `num_workers={probe['suggested']}`. {probe.get('reason', '')}".rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def _plain_text(renderable: Any) -> str:
+    """What rich prints, as plain text (no colours): the block goes through logging, not straight to a tty."""
+    console = Console(file=io.StringIO(), width=CONSOLE_WIDTH, color_system=None, highlight=False)
+    console.print(renderable)
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()).rstrip("\n")
 
 
 def _verdict_text(finding: Finding) -> str:
@@ -73,12 +119,3 @@ def _key_figures(summary: RunSummary) -> str:
     if gpu is not None and _num(gpu.util_pct) is not None:
         parts.append(f"GPU utilization {_fmt(gpu.util_pct)}%")
     return ("Run: " + ", ".join(parts) + ".") if parts else ""
-
-
-def _change_text(change: dict[str, Any]) -> str:
-    return ", ".join(f"`{k}={v!r}`" for k, v in change.items())
-
-
-def _cell(text: str) -> str:
-    # a pipe or newline would break the Markdown table row
-    return text.replace("|", "\\|").replace("\n", " ")

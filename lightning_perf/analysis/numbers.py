@@ -1,4 +1,7 @@
-"""Small checks and formats for measured numbers, shared by the diagnosis, comparison and reports."""
+"""Small checks and formats for numbers, shared by the diagnosis, comparison, reports and argument checks.
+
+A bool is never a number here (``True`` would otherwise pass as 1).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,21 @@ import math
 from typing import Any
 
 
+def is_number(value: Any) -> bool:
+    """An int or float (NaN and infinities included), not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def finite(value: Any) -> float | None:
-    """A finite number as float, or ``None`` for anything absent or not measurable (bools are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """A finite number as float, or ``None`` for anything absent or not measurable."""
+    if not is_number(value) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def whole(value: Any) -> int | None:
+    """An int as itself, or ``None`` for anything else (floats and bools included)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def fmt1(value: float | None) -> str:

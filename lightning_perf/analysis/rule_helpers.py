@@ -7,6 +7,7 @@ from typing import Any
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.analysis.thresholds import CUDA_ACCELERATORS, OVERHEAD_SHARE_PCT, WORKERS_MARGIN
 
@@ -62,7 +63,7 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     current = summary.settings.num_workers
     probe = summary.probes.get("num_workers")
     suggested = probe_value(probe, "suggested") if probe is not None else None
-    if isinstance(suggested, int) and not isinstance(suggested, bool):
+    if whole(suggested) is not None:
         reason = probe_value(probe, "reason") or "no reason recorded"
         if current is not None and suggested <= current:
             return None, f"the num_workers probe found nothing faster than {current}: {reason}"
@@ -106,3 +107,8 @@ def estimate_workers(summary: RunSummary) -> tuple[int, str] | None:
         f"estimated: a batch takes ~{_fmt(load_ms)} ms to load and {_fmt(compute)} ms to compute, "
         f"with a {WORKERS_MARGIN}x margin"
     )
+
+
+def change_text(change: dict[str, Any]) -> str:
+    """A settings change as the user writes it: `num_workers=4`, `pin_memory=True`."""
+    return ", ".join(f"`{k}={v!r}`" for k, v in change.items())

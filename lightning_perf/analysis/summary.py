@@ -172,6 +172,12 @@ class Settings:
     cudnn_allow_tf32: bool | None = None
     # the DataLoader already yields CUDA tensors (GPU-side decoding, a dataset on the GPU)
     loader_yields_cuda: bool | None = None
+    # how often validation runs, as the user set it, so advice can use the user's own terms
+    val_check_interval: float | int | None = None
+    check_val_every_n_epoch: int | None = None
+    limit_val_batches: float | int | None = None
+    max_epochs: int | None = None
+    train_batches_per_epoch: int | None = None
 
 
 @dataclass

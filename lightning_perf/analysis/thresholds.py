@@ -11,7 +11,7 @@ INPUT_BOUND_MODERATE_PCT = 5.0
 # Our choice: the same 5% TensorFlow uses for "moderately" input-bound, i.e. the point a cost is visible.
 EPOCH_START_SHARE_PCT = 5.0
 # NVML utilization is the share of time any kernel runs; below half the GPU idles most of the time.
-# Our choice (NVIDIA's DCGM guidance treats sustained low utilization as under-use; 50% is the brief's line).
+# Our choice (NVIDIA's DCGM guidance treats sustained low utilization as under-use): the GPU idles half the time.
 LOW_GPU_UTIL_PCT = 50.0
 # Tensor cores: Volta (compute capability 7.0) onwards; bfloat16 needs Ampere (8.0) (CUDA programming guide).
 TENSOR_CORE_MIN_CC = 7
@@ -43,5 +43,7 @@ SETTING_TARGETS = {
     "benchmark": "Trainer",
     "precision": "Trainer",
     "check_val_every_n_epoch": "Trainer",
+    "val_check_interval": "Trainer",
+    "limit_val_batches": "Trainer",
     "every_n_epochs": "ModelCheckpoint",
 }

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lightning_perf.analysis.numbers import is_number, whole
 from lightning_perf.collect.schedule import ProfileSchedule
 
 PROBE_MODES = ("auto", "always", "never")
@@ -56,7 +57,7 @@ class PerfConfig:
         _check_optional_count("batch_size", self.batch_size)
         _check_optional_count("log_every_n_steps", self.log_every_n_steps)
         value = self.log_min_interval_s
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0):
+        if not is_number(value) or not (value >= 0):
             raise ValueError(f"`log_min_interval_s` must be a number >= 0, got {value!r}")
         _set(self, "log_min_interval_s", float(value))
         if self.probe_num_workers not in PROBE_MODES:
@@ -89,7 +90,7 @@ def _set(config: PerfConfig, name: str, value: Any) -> None:
 
 
 def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if not is_number(value) or not value > 0:
         raise ValueError(f"`{name}` must be a number > 0, got {value!r}")
     return float(value)
 
@@ -97,7 +98,7 @@ def _positive(name: str, value: Any) -> float:
 def _check_optional_count(name: str, value: Any) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if whole(value) is None or value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1 or None, got {value!r}")
 
 

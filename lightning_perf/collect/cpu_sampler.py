@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from lightning_perf.analysis import metrics
 from lightning_perf.collect.nvml import BYTES_PER_GB
 
 # psutil's children() reads /proc/<pid>/stat of every process on the machine: ~7 us each here, so a few ms
@@ -24,11 +25,11 @@ CHILD_SCAN_MAX_SHARE = 0.002
 # workers. Matched on their command line; a forkserver's own children (the workers) still count.
 SERVICE_PROCESS_MARKERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
-CPU_UTIL = "perf/cpu_util_pct"
-WORKERS_CPU = "perf/dataloader_workers_cpu_pct"
-SYSTEM_CPU = "perf/system_cpu_pct"
-PROCESS_RSS = "perf/process_rss_gb"
-WORKERS_RSS = "perf/workers_rss_gb"
+CPU_UTIL = metrics.CPU_UTIL.tag
+WORKERS_CPU = metrics.WORKERS_CPU.tag
+SYSTEM_CPU = metrics.SYSTEM_CPU.tag
+PROCESS_RSS = metrics.PROCESS_RSS.tag
+WORKERS_RSS = metrics.WORKERS_RSS.tag
 
 
 def _cpu_seconds(process: Any) -> float:

@@ -22,10 +22,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from lightning_perf.analysis import metrics
+
 # metric tags, logged per window beside the host-side ones (see README "Logged metrics")
-GPU_DATA_WAIT_MS = "perf/gpu_data_wait_ms"
-GPU_DATA_WAIT_PCT = "perf/gpu_data_wait_pct"
-GPU_COMPUTE_MS = "perf/gpu_compute_ms"
+GPU_DATA_WAIT_MS = metrics.GPU_DATA_WAIT.tag
+GPU_DATA_WAIT_PCT = metrics.GPU_DATA_WAIT_PCT.tag
+GPU_COMPUTE_MS = metrics.GPU_COMPUTE.tag
 
 # Marks in the order they are recorded; what lies between two consecutive marks:
 BOUNDARY = 0  # before a fetch: the previous step's work is queued

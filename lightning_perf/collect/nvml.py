@@ -7,7 +7,7 @@
   is the slice's, not the whole GPU's); the PCI fallback refuses a MIG-enabled parent GPU for the same reason.
   :func:`torch_cuda_uuid` and :func:`torch_cuda_pci` ask torch for the identity.
 - :class:`NvmlBackend` initialises NVML, resolves the handles once and reads utilization, memory and power per
-  device, keyed by the ``perf/gpu_*`` metric names (:data:`GPU_KEYS`). NOT_SUPPORTED and NO_PERMISSION are
+  device, keyed by the GPU metric tags of :mod:`lightning_perf.analysis.metrics` (:data:`GPU_KEYS`). NOT_SUPPORTED and NO_PERMISSION are
   answers about one metric on one device (utilization is NOT_SUPPORTED on a MIG instance, power may be
   NO_PERMISSION in a container): that metric is dropped there, with the reason in :attr:`unavailable`,
   and every other metric goes on.
@@ -19,21 +19,22 @@ from Lightning. :class:`lightning_perf.collect.utilization.UtilSampler` samples 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
+from lightning_perf import console
+from lightning_perf.analysis import metrics
 from lightning_perf.errors import LightningPerfError
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 # Every GB figure (here and in utilization.py) is 1e9 bytes, as the metric docs say.
 BYTES_PER_GB = 1e9
 
-GPU_UTIL = "perf/gpu_util_pct"
-GPU_MEM_UTIL = "perf/gpu_mem_util_pct"
-GPU_MEM_USED = "perf/gpu_mem_used_gb"
-GPU_POWER = "perf/gpu_power_w"
+GPU_UTIL = metrics.GPU_UTIL.tag
+GPU_MEM_UTIL = metrics.GPU_MEM_UTIL.tag
+GPU_MEM_USED = metrics.GPU_MEM_USED.tag
+GPU_POWER = metrics.GPU_POWER.tag
 GPU_KEYS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER)
 
 # the NVML readings, by the name the summary reports them under when a device cannot give them

@@ -12,25 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import logging
 import os
 import re
 import shutil
 import socket
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
+from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
 
 if TYPE_CHECKING:
     from lightning_perf.collect.config import PerfConfig
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 _ACTIVITIES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -177,11 +176,10 @@ class ProfilerWindow:
             return False
         if not self._cap_warned:
             self._cap_warned = True
-            warnings.warn(
+            log.warning(
                 f"lightning-perf: {self.bytes_written / 1e6:.1f} MB of traces written; the next cycle would "
                 f"pass `max_trace_mb` ({self.max_trace_bytes / 1e6:g} MB), so later profiling cycles are "
-                "skipped. Raise `max_trace_mb` to profile more.",
-                stacklevel=2,
+                "skipped. Raise `max_trace_mb` to profile more."
             )
         return True
 
@@ -190,13 +188,13 @@ class ProfilerWindow:
         try:
             prof.stop()  # saves the open cycle when it recorded anything (torch calls on_trace_ready)
         except Exception as err:
-            warnings.warn(f"lightning-perf: stopping the torch profiler failed: {err}", stacklevel=2)
+            log.warning(f"lightning-perf: stopping the torch profiler failed: {err}")
         finally:
             _ensure_profiler_disabled()
             self._cycle_steps = []
 
     def _abandon(self, message: str) -> None:
-        warnings.warn(f"lightning-perf: {message}; profiling is off for the rest of this run", stacklevel=3)
+        log.warning(f"lightning-perf: {message}; profiling is off for the rest of this run")
         prof, self._prof = self._prof, None
         self._next_start = None
         if prof is not None:
@@ -212,10 +210,9 @@ class ProfilerWindow:
         try:
             trace = self._write_trace(prof, steps)
         except Exception as err:  # disk full, unwritable dir, ...
-            warnings.warn(
+            log.warning(
                 f"lightning-perf: could not write the trace of batches {steps[0]}-{steps[-1]} to "
-                f"{self.trace_dir!r}: {err}. Training continues.",
-                stacklevel=2,
+                f"{self.trace_dir!r}: {err}. Training continues."
             )
             return
         self.traces.append(trace)
@@ -288,7 +285,7 @@ class ProfilerWindow:
             try:
                 job()
             except Exception as err:
-                warnings.warn(f"lightning-perf: {label} export failed: {err}", stacklevel=3)
+                log.warning(f"lightning-perf: {label} export failed: {err}")
 
 
 def _align_step(prof: torch.profiler.profile, step: int, action: ProfilerAction) -> None:

@@ -10,39 +10,29 @@ times out or fails turns the cross-rank figures off with one warning, and traini
 from __future__ import annotations
 
 import datetime
-import logging
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
 
+from lightning_perf import console
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import RankStats, RunSummary
-from lightning_perf.collect.step_clock import (
-    COMPUTE_MS,
-    DATA_WAIT_MS,
-    DATA_WAIT_PCT,
-    SAMPLES_PER_SEC,
-    STEP_TIME_MS,
-)
 
-log = logging.getLogger("lightning_perf")
+STEP_TIME_MS = metrics.STEP_TIME.tag
+DATA_WAIT_MS = metrics.DATA_WAIT.tag
+GPU_UTIL = metrics.GPU_UTIL.tag
+CPU_UTIL = metrics.CPU_UTIL.tag
+
+log = console.logger(__name__)
 
 # the figures exchanged (absent ones travel as NaN and stay absent)
-REDUCED_KEYS = (
-    STEP_TIME_MS,
-    DATA_WAIT_MS,
-    DATA_WAIT_PCT,
-    COMPUTE_MS,
-    SAMPLES_PER_SEC,
-    "perf/gpu_util_pct",
-    "perf/cpu_util_pct",
-)
+REDUCED_KEYS = tuple(m.tag for m in metrics.ACROSS_RANKS)
 WINDOW, FINAL = 1.0, 2.0
 # How long a rank waits for the others in one of our gathers. Ranks in lockstep arrive within a step of each
 # other; a rank that never comes (it raised, or an IterableDataset ran out early) releases the rest after this.
 GATHER_TIMEOUT_S = 60.0
-SLOWEST_RANK = "perf/slowest_rank"
+SLOWEST_RANK = metrics.SLOWEST_RANK.tag
 
 
 class RankReducer:
@@ -126,7 +116,7 @@ class RankReducer:
     def _disable(self, reason: str) -> None:
         # from now on gather() answers None: no cross-rank figures rather than one rank's as everyone's
         if not self.failed:
-            warnings.warn(f"lightning-perf: cross-rank figures are off for this run: {reason}", stacklevel=3)
+            log.warning(f"lightning-perf: cross-rank figures are off for this run: {reason}")
         self.failed = True
 
 
@@ -138,7 +128,7 @@ def reduce_window(per_rank: Sequence[Mapping[str, float]]) -> dict[str, float]:
         if not values:
             continue
         reduced[key] = sum(values) / len(values)
-        reduced[f"{key}_max"] = max(values)
+        reduced[key + metrics.MAX_SUFFIX] = max(values)
     slowest = slowest_rank(per_rank)
     if slowest is not None:
         reduced[SLOWEST_RANK] = float(slowest)
@@ -165,8 +155,8 @@ def own_figures(summary: RunSummary) -> dict[str, float]:
     figures = {
         STEP_TIME_MS: timing.step_time_ms and timing.step_time_ms.median,
         DATA_WAIT_MS: timing.data_wait_ms and timing.data_wait_ms.median,
-        "perf/gpu_util_pct": utilization.gpu and utilization.gpu.util_pct,
-        "perf/cpu_util_pct": utilization.cpu and utilization.cpu.process_cpu_pct,
+        GPU_UTIL: utilization.gpu and utilization.gpu.util_pct,
+        CPU_UTIL: utilization.cpu and utilization.cpu.process_cpu_pct,
     }
     return {key: float(value) for key, value in figures.items() if value is not None}
 
@@ -183,8 +173,8 @@ def rank_table(reducer: RankReducer, summary: RunSummary) -> list[RankStats]:
             host=hosts[rank] if rank < len(hosts) else "?",
             step_time_ms=figures.get(STEP_TIME_MS),
             data_wait_ms=figures.get(DATA_WAIT_MS),
-            gpu_util_pct=figures.get("perf/gpu_util_pct"),
-            cpu_util_pct=figures.get("perf/cpu_util_pct"),
+            gpu_util_pct=figures.get(GPU_UTIL),
+            cpu_util_pct=figures.get(CPU_UTIL),
         )
         for rank, figures in enumerate(per_rank)
     ]

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import fetch_timing
 from lightning_perf.collect.cuda_events import CudaStepEvents
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
     from lightning_perf.collect.config import PerfConfig
+
+log = console.logger(__name__)
 
 # distinct input shapes remembered; beyond the full batch and a smaller last batch, shapes "vary"
 _MAX_SHAPES = 8
@@ -146,7 +148,7 @@ def open_session(
     """
     measure_wait = fetcher is not None and not fetch_timing.fetches_inside_step(fetcher)
     if fetcher is not None and not measure_wait:
-        rank_zero_info(
+        log.info(
             "lightning-perf: training_step fetches its own batches (dataloader_iter); DataLoader wait "
             "cannot be measured at the fetch and is not reported."
         )
@@ -165,7 +167,7 @@ def open_session(
             device=str(trainer.strategy.root_device),
         )
     if not fetch_timing.instrument(fetcher, session):
-        rank_zero_info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
+        log.info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
     return session
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from torch.profiler import ProfilerAction
 
+from lightning_perf.analysis.numbers import whole
+
 _SCHEDULE_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat")
 
 
@@ -38,7 +40,7 @@ class ProfileSchedule:
     def __post_init__(self) -> None:
         for name in _SCHEDULE_FIELDS:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if whole(value) is None:
                 raise ValueError(f"`{name}` must be an integer, got {value!r}")
             if value < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {value}")

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_perf.analysis.numbers import finite, is_number
 from lightning_perf.analysis.summary import Settings
 from lightning_perf.collect.cpu_sampler import usable_cpu_count
 
@@ -26,6 +27,22 @@ def model_has_conv(module: torch.nn.Module | None) -> bool | None:
     if module is None:
         return None
     return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
+
+
+def _whole(value: Any) -> int | None:
+    number = finite(value)  # num_training_batches is inf for a loader without a length
+    return None if number is None else int(number)
+
+
+def _validation_settings(trainer: Any, settings: Settings) -> None:
+    """How often validation runs (and for how many epochs), as the user set it on the Trainer."""
+    interval = getattr(trainer, "val_check_interval", None)
+    settings.val_check_interval = interval if is_number(interval) else None
+    settings.check_val_every_n_epoch = _whole(getattr(trainer, "check_val_every_n_epoch", None))
+    limit = getattr(trainer, "limit_val_batches", None)
+    settings.limit_val_batches = limit if is_number(limit) else None
+    settings.max_epochs = _whole(getattr(trainer, "max_epochs", None))
+    settings.train_batches_per_epoch = _whole(getattr(trainer, "num_training_batches", None))
 
 
 def collect_settings(
@@ -60,6 +77,7 @@ def collect_settings(
         cudnn_allow_tf32=bool(torch.backends.cudnn.allow_tf32),
         loader_yields_cuda=loader_yields_cuda,
     )
+    _validation_settings(trainer, settings)
     if device.type == "cuda":
         settings.gpu_name = torch.cuda.get_device_name(device)
         # from torch, so the precision advice holds with NVML off (and on a MIG instance)

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 from array import array
 
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import Distribution, TimingSummary
 from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
 
-# metric tags, logged per window (see README "Logged metrics")
-STEP_TIME_MS = "perf/step_time_ms"
-DATA_WAIT_MS = "perf/data_wait_ms"
-DATA_WAIT_PCT = "perf/data_wait_pct"
-COMPUTE_MS = "perf/compute_ms"
-SAMPLES_PER_SEC = "perf/samples_per_sec"
-BATCHES_PER_SEC = "perf/batches_per_sec"
-EPOCH_START_MS = "perf/epoch_start_ms"
+# metric tags, logged per window (lightning_perf.analysis.metrics has their units and meanings)
+STEP_TIME_MS = metrics.STEP_TIME.tag
+DATA_WAIT_MS = metrics.DATA_WAIT.tag
+DATA_WAIT_PCT = metrics.DATA_WAIT_PCT.tag
+COMPUTE_MS = metrics.COMPUTE.tag
+SAMPLES_PER_SEC = metrics.SAMPLES_PER_SEC.tag
+BATCHES_PER_SEC = metrics.BATCHES_PER_SEC.tag
+EPOCH_START_MS = metrics.EPOCH_START.tag
 
 
 class StepClock:

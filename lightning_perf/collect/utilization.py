@@ -1,19 +1,9 @@
 """Device utilization: GPU through NVML (nvidia-ml-py), CPU through psutil, sampled on a background thread.
 
 :class:`UtilSampler` reads every ``interval_s`` (default 0.1 s) and keeps averages per window
-(:meth:`UtilSampler.take_window`, since the previous call) and per run (:meth:`UtilSampler.summary`):
-
-- ``perf/gpu_util_pct``: share of time a kernel was running (NVML utilization ``.gpu``), 0-100
-- ``perf/gpu_mem_util_pct``: share of time device memory was read or written (``.memory``), 0-100
-- ``perf/gpu_mem_used_gb``: device memory in use, by all processes, GB (1 GB = 1e9 bytes)
-- ``perf/gpu_power_w``: board power draw, W (absent where NVML does not support it)
-- ``perf/cpu_util_pct``: CPU of the training process, percent of ONE core (200 = two cores busy)
-- ``perf/dataloader_workers_cpu_pct``: CPU of the DataLoader workers together (the live descendant processes
-  of the training process), percent of one core
-- ``perf/system_cpu_pct``: CPU of the whole machine, 0-100 over all cores
-- ``perf/process_rss_gb``: resident memory of the training process, GB
-- ``perf/workers_rss_gb``: resident memory of the workers summed, GB (pages a forked worker still shares
-  with the training process count once per worker, so this overstates)
+(:meth:`UtilSampler.take_window`, since the previous call) and per run (:meth:`UtilSampler.summary`) of the
+``perf_gpu/*`` and ``perf_cpu/*`` metrics (:mod:`lightning_perf.analysis.metrics` has their units and
+meanings). The DataLoader workers are the live descendant processes of the training process.
 
 Several GPUs in one process are averaged (peak memory is the largest on any one of them);
 :meth:`UtilSampler.device_summaries` keeps per-GPU run figures. A metric that was not measured is absent,
@@ -38,13 +28,13 @@ Example::
 
 from __future__ import annotations
 
-import logging
-import math
 import os
 import threading
 import time
 from typing import Any
 
+from lightning_perf import console
+from lightning_perf.analysis.numbers import finite, whole
 from lightning_perf.analysis.summary import CpuUtilization, GpuUtilization, UtilizationSummary
 from lightning_perf.collect.cpu_sampler import (
     CPU_UTIL,
@@ -80,7 +70,7 @@ __all__ = [
     "usable_cpu_count",
 ]
 
-log = logging.getLogger("lightning_perf")
+log = console.logger(__name__)
 
 DEFAULT_INTERVAL_S = 0.1
 # CPU figures come from cumulative counters (CPU seconds), so reading them once a second loses nothing of their
@@ -124,14 +114,6 @@ def _gpu_figures(means: dict[str, float], peak: float | None, name: str | None, 
     )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 class UtilSampler:
     """Samples GPU (NVML) and CPU (psutil) utilization on a daemon thread; see the module docstring.
 
@@ -163,16 +145,15 @@ class UtilSampler:
         exclude_pids: list[int] | None = None,
         cpu_interval_s: float | None = None,
     ) -> None:
-        number = isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
-        if not (number and math.isfinite(interval_s) and interval_s > 0):
+        if not (finite(interval_s) is not None and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
-        if cuda_devices is not None and not all(_is_int(i) and i >= 0 for i in cuda_devices):
+        if cuda_devices is not None and not all(whole(i) is not None and i >= 0 for i in cuda_devices):
             raise ValueError(
                 f"cuda_devices must be a list of CUDA indices >= 0 or None, got {cuda_devices!r}"
             )
-        if pid is not None and not (_is_int(pid) and pid > 0):
+        if pid is not None and not (whole(pid) is not None and pid > 0):
             raise ValueError(f"pid must be a process id > 0 or None (this process), got {pid!r}")
-        if cpu_interval_s is not None and not (_is_number(cpu_interval_s) and cpu_interval_s >= 0):
+        if cpu_interval_s is not None and not (finite(cpu_interval_s) is not None and cpu_interval_s >= 0):
             raise ValueError(
                 f"cpu_interval_s must be a number of seconds >= 0 or None, got {cpu_interval_s!r}"
             )

@@ -9,11 +9,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import warnings
 from typing import TYPE_CHECKING, Any
 
-from lightning.pytorch.utilities import rank_zero_info
-
+from lightning_perf import console
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
@@ -28,6 +27,8 @@ if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
     from lightning_perf.collect.config import PerfConfig
+
+log = console.logger(__name__)
 
 # the verdicts for which probe_num_workers="auto" measures the DataLoader
 _PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
@@ -136,8 +137,8 @@ def write(
         from lightning_perf.analysis.findings_render import render_console, render_markdown
 
         markdown = render_markdown(summary.findings, summary)
-        tensorboard.add_text(trainer, "perf/diagnosis", markdown, trainer.global_step)
-        rank_zero_info(render_console(summary.findings))
+        tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
+        log.info(render_console(summary.findings))
     trace_findings.log_chart(trainer, summary)
     if "num_workers" in summary.probes:
         tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
@@ -202,7 +203,7 @@ def complete(
                 probe_budget_s=config.probe_budget_s,
             )
     except Exception as err:
-        warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
+        log.warning(f"lightning-perf: could not complete the run summary: {err}")
         return None
     if trainer.is_global_zero:
         try:
@@ -214,5 +215,5 @@ def complete(
                 hp_placeholder=hp_placeholder,
             )
         except Exception as err:
-            warnings.warn(f"lightning-perf: could not write the run summary: {err}", stacklevel=2)
+            log.warning(f"lightning-perf: could not write the run summary: {err}")
     return summary

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
-log = logging.getLogger("lightning_perf")
+from lightning_perf import console
+from lightning_perf.analysis import metrics as registry
+
+log = console.logger(__name__)
 
 
 def tensorboard_logger(trainer: Any) -> Any | None:
@@ -44,33 +46,8 @@ def add_text(trainer: Any, tag: str, text: str, step: int) -> bool:
     return True
 
 
-# headline results (lightning_perf.analysis.comparison's metrics) shown as HParams metrics under this prefix, once at fit end
-SUMMARY_PREFIX = "perf/summary/"
-
 # TensorBoard's Custom Scalars tab: one chart per concern, every run drawn in it
-CUSTOM_SCALARS_LAYOUT = {
-    "lightning-perf": {
-        "step time (ms)": [
-            "Multiline",
-            [r"perf/step_time_ms$", r"perf/compute_ms$", r"perf/step_time_ms_max"],
-        ],
-        "DataLoader wait": [
-            "Multiline",
-            [r"perf/data_wait_ms$", r"perf/data_wait_pct", r"perf/data_wait_ms_max"],
-        ],
-        "throughput": ["Multiline", [r"perf/samples_per_sec", r"perf/batches_per_sec"]],
-        "utilization (%)": [
-            "Multiline",
-            [
-                r"perf/gpu_util_pct",
-                r"perf/gpu_kernel_busy_pct",
-                r"perf/gpu_compute_busy_pct",
-                r"perf/cpu_util_pct",
-                r"perf/dataloader_workers",
-            ],
-        ],
-    }
-}
+CUSTOM_SCALARS_LAYOUT = registry.custom_scalars_layout()
 
 
 def disable_default_hp_metric(trainer: Any) -> bool:
@@ -104,7 +81,9 @@ def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bo
                 params[f"perf/{name}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
         from lightning_perf.analysis.comparison import headline_metrics
 
-        metrics = {SUMMARY_PREFIX + key: value for key, value in headline_metrics(summary).items()}
+        metrics = {
+            registry.summary_metric(key).tag: value for key, value in headline_metrics(summary).items()
+        }
         if hp_metric_placeholder:
             metrics.setdefault("hp_metric", -1.0)
         step = trainer.global_step
@@ -130,19 +109,7 @@ def write_custom_scalars_layout(trainer: Any) -> None:
 
 
 def log_num_workers_probe(trainer: Any, probe: Mapping[str, Any]) -> None:
-    """The probe as a chart: delivered batches/s (y) against num_workers (the x axis, as the step)."""
-    logger = tensorboard_logger(trainer)
-    if logger is None or not trainer.is_global_zero:
-        return
-    try:
-        for candidate in probe.get("candidates", []):
-            rate = candidate.get("batches_per_sec")
-            if rate is None:
-                continue
-            workers = int(candidate["num_workers"])
-            logger.experiment.add_scalar("perf/probe/loader_batches_per_sec", rate, global_step=workers)
-            if probe.get("compute_batches_per_sec"):
-                compute = probe["compute_batches_per_sec"]
-                logger.experiment.add_scalar("perf/probe/model_batches_per_sec", compute, global_step=workers)
-    except Exception as err:
-        log.warning("lightning-perf: could not log the num_workers probe: %s", err)
+    """The probe as a table in the Text tab: its x axis is num_workers, not the step, so it is no chart."""
+    from lightning_perf.analysis.findings_render import render_probe_markdown
+
+    add_text(trainer, registry.PROBE_TEXT.tag, render_probe_markdown(probe), trainer.global_step)

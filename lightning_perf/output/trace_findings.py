@@ -15,14 +15,15 @@ import os
 import statistics
 from typing import Any
 
+from lightning_perf.analysis import metrics
 from lightning_perf.analysis.rules_trace import diagnose_trace
 from lightning_perf.analysis.summary import Finding, GpuUtilization, RunSummary
 from lightning_perf.analysis.thresholds import SEVERITY_ORDER
 from lightning_perf.output import loggers as tensorboard
 
-KERNEL_BUSY_PCT = "perf/gpu_kernel_busy_pct"
-COMPUTE_BUSY_PCT = "perf/gpu_compute_busy_pct"
-CHART_TAG = "perf/trace_breakdown"
+KERNEL_BUSY_PCT = metrics.KERNEL_BUSY.tag
+COMPUTE_BUSY_PCT = metrics.COMPUTE_BUSY.tag
+CHART_TAG = metrics.TRACE_CHART.tag
 
 log = logging.getLogger("lightning_perf")
 

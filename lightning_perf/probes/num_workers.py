@@ -14,7 +14,6 @@ outside timed steps. Uses torch's DataLoader, nothing from Lightning.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from lightning_perf.analysis.numbers import finite, whole
 from lightning_perf.analysis.thresholds import WORKERS_MARGIN
 from lightning_perf.collect.utilization import usable_cpu_count
 
@@ -81,7 +81,7 @@ def probe_num_workers(
         )
     if not _positive(budget_s):
         raise ValueError(f"budget_s: expected a positive number of seconds, got {budget_s!r}")
-    if max_workers is not None and (not isinstance(max_workers, int) or isinstance(max_workers, bool)):
+    if max_workers is not None and whole(max_workers) is None:
         raise ValueError(f"max_workers: expected an int >= 0 or None, got {max_workers!r}")
     if max_workers is not None and max_workers < 0:
         raise ValueError(f"max_workers: expected an int >= 0 or None, got {max_workers}")
@@ -272,6 +272,5 @@ def _preserved_random_state(dataloader: DataLoader) -> Iterator[None]:
 
 
 def _positive(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
+    number = finite(value)
+    return number is not None and number > 0

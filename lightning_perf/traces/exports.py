@@ -8,17 +8,17 @@ export never breaks training: it logs one warning and reports that nothing was w
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import warnings
 from collections import defaultdict
 from typing import Any
 
+from lightning_perf import console
 from lightning_perf.traces.analysis import span_of
 from lightning_perf.traces.reader import TraceError, TraceReader
 
-log = logging.getLogger(__name__)
+log = console.logger(__name__)
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 MEMORY_TIMELINE_FLAGS = (

@@ -25,6 +25,7 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
+from lightning_perf.analysis.numbers import whole
 from lightning_perf.errors import LightningPerfError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -344,7 +345,7 @@ def rewrite_trace(
     renamed, so a reader never sees a half-written trace. Returns the number of bytes of ``dst``.
     """
     for name, value, least in (("global_rank", global_rank, 0), ("world_size", world_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        if whole(value) is None or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     if global_rank >= world_size:
         raise ValueError(f"global_rank must be < world_size, got {global_rank} and {world_size}")

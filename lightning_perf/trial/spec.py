@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lightning_perf.analysis.comparison import Comparison, render_markdown, render_text, to_json
+from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
@@ -160,7 +161,7 @@ class TrialResult:
 
 
 def check_steps(steps: Any, label: str) -> int:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < MIN_STEPS:
+    if whole(steps) is None or steps < MIN_STEPS:
         raise TrialError(
             f"{label} must be an integer >= {MIN_STEPS} (the first step of a run is timed apart, as start-up), "
             f"got {steps!r}"

@@ -24,6 +24,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from typing_extensions import override
 
+from lightning_perf import console
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.callback import PerfCallback
 from lightning_perf.trial.runner import describe_error, protocol_line
@@ -44,6 +45,8 @@ TRIAL_TRAINER_DEFAULTS: dict[str, Any] = {
     "enable_model_summary": False,
     "profiler": None,
 }
+log = console.logger(__name__)
+
 # PerfCallback arguments when the trial adds the callback: no num_workers probe, the trial is the experiment
 TRIAL_PERF_DEFAULTS: dict[str, Any] = {"probe_num_workers": "never"}
 # the CLI's default seed (a config's seed_everything wins): every variant starts from the same weights and data
@@ -83,10 +86,7 @@ def prepare_trainer(
     left_out = [cb for cb in trainer.callbacks if isinstance(cb, (Checkpoint, EarlyStopping))]
     if left_out:
         names = ", ".join(type(cb).__name__ for cb in left_out)
-        print(
-            f"lightning-perf trial: callbacks left out (no checkpoints, no validation): {names}",
-            file=sys.stderr,
-        )
+        log.info("lightning-perf trial: callbacks left out (no checkpoints, no validation): %s", names)
     callbacks = [cb for cb in trainer.callbacks if not any(cb is other for other in left_out)]
     perf = next((cb for cb in callbacks if isinstance(cb, PerfCallback)), None)
     if perf is None:
@@ -183,7 +183,7 @@ def run_cli_variant(spec: dict[str, Any], report: Report) -> str:
         parser_kwargs={"exit_on_error": False},  # a bad override raises, so it is reported as the error
     )
     if cli.config.get("ckpt_path"):
-        print(f"lightning-perf trial: ignoring ckpt_path {cli.config['ckpt_path']}", file=sys.stderr)
+        log.info("lightning-perf trial: ignoring ckpt_path %s", cli.config["ckpt_path"])
     perf = prepare_trainer(cli.trainer, int(spec["steps"]), report)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     run_dir = os.path.join(spec["log_dir"], spec["experiment"], spec["variant"])

@@ -9,7 +9,12 @@ import pytest
 
 from lightning_perf.analysis import diagnosis
 from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
-from lightning_perf.analysis.findings_render import render_console, render_markdown
+from lightning_perf.analysis.findings_render import (
+    CONSOLE_WIDTH,
+    render_console,
+    render_markdown,
+    render_probe_markdown,
+)
 from lightning_perf.analysis.summary import (
     CpuUtilization,
     Distribution,
@@ -535,12 +540,86 @@ def test_console_block_is_compact():
     text = render_console(findings, max_lines=3)
     lines = text.splitlines()
     assert lines[0].startswith("lightning-perf: highly input-bound - DataLoader wait is 43.2%")
-    assert len(lines) == 5  # verdict, 3 findings, "... more"
+    assert lines[1].split() == ["severity", "finding", "what", "to", "do"]  # a table drawn by rich
+    rows = [line.split(None, 1) for line in lines[3:-1]]
+    assert len(rows) == 3 and all(len(line) <= CONSOLE_WIDTH for line in lines[1:])
     # 0 workers: a batch loads in the 5.3 ms wait and computes in 12.1 - 5.3 ms -> ceil(1.2 * 5.3 / 6.8) = 1
-    assert lines[1] == "  [high] Training is highly input-bound: set `num_workers=1`"
-    assert "more in perf_summary.json" in lines[-1]
-    assert "  [medium] pin_memory is off while training on CUDA: set `pin_memory=True`" in lines
+    assert rows[0][0] == "high" and rows[0][1].endswith("set `num_workers=1`")
+    assert "Training is highly input-bound" in rows[0][1]
+    assert any(r[1].startswith("pin_memory is off while training on CUDA") for r in rows)
+    assert lines[-1] == "2 more in perf_summary.json and TensorBoard's Text tab"
 
 
 def test_console_without_timing():
     assert render_console([]) == "lightning-perf: no timing data"
+
+
+def test_probe_is_a_table_not_a_chart():
+    probe = {
+        "candidates": [
+            {"num_workers": 0, "batches_per_sec": 40.0, "startup_ms": 1.0, "error": None},
+            {"num_workers": 2, "batches_per_sec": None, "startup_ms": None, "error": "worker died | code 1"},
+        ],
+        "compute_batches_per_sec": 80.0,
+        "suggested": 2,
+        "reason": "measured",
+    }
+    lines = render_probe_markdown(probe).splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    assert table[0] == "| num_workers | batches/s | start-up (ms) | error |"
+    assert table[2] == "| 0 | 40.0 | 1.0 |  |"
+    assert table[3] == "| 2 | n/a | n/a | worker died \\| code 1 |"  # the pipe does not split the row
+    assert "The model computes 80.0 batches/s." in lines and "Suggested: `num_workers=2`. measured" in lines
+
+
+# --- advice in the user's own terms: the setting they set, never one that turns validation off --------------
+
+VALIDATION_HEAVY = {"validation_s": 30.0, "train_wall_s": 100.0}  # 30%: must run 4x less often
+
+
+@pytest.mark.parametrize(
+    ("settings", "change"),
+    [
+        # a fraction of an epoch: a larger fraction, not check_val_every_n_epoch (which max_epochs=1 never reaches)
+        (dict(val_check_interval=0.1, max_epochs=1), {"val_check_interval": 0.4}),
+        (dict(val_check_interval=0.25, max_epochs=1), {"val_check_interval": 1.0}),
+        (
+            dict(val_check_interval=0.5, max_epochs=10),
+            {"val_check_interval": 1.0, "check_val_every_n_epoch": 2},
+        ),
+        # every N batches: every 4N batches, within the epoch
+        (
+            dict(val_check_interval=50, check_val_every_n_epoch=1, train_batches_per_epoch=500),
+            {"val_check_interval": 200},
+        ),
+        (
+            dict(val_check_interval=50, check_val_every_n_epoch=None, train_batches_per_epoch=100),
+            {"val_check_interval": 200},
+        ),
+        # once per epoch: epochs apart, but never past the last epoch
+        (
+            dict(val_check_interval=1.0, check_val_every_n_epoch=1, max_epochs=20),
+            {"check_val_every_n_epoch": 4},
+        ),
+        (
+            dict(val_check_interval=1.0, check_val_every_n_epoch=1, max_epochs=3),
+            {"check_val_every_n_epoch": 3},
+        ),
+        (dict(val_check_interval=1.0, check_val_every_n_epoch=1, max_epochs=1), {"limit_val_batches": 0.25}),
+        (dict(max_epochs=1, limit_val_batches=40), {"limit_val_batches": 10}),
+    ],
+)
+def test_validation_advice_uses_the_users_setting_and_never_turns_validation_off(settings, change):
+    finding = by_id(diagnose(make(timing=VALIDATION_HEAVY, **settings)), "validation_share")
+    assert finding.settings_change == change
+    for key, value in change.items():
+        assert f"`{key}={value!r}`" in finding.recommendation
+
+
+def test_checkpoint_advice_never_leaves_a_run_without_checkpoints():
+    timing = {"checkpoint_s": 30.0, "train_wall_s": 100.0}
+    assert by_id(diagnose(make(timing=timing, max_epochs=2)), "checkpoint_share").settings_change == {
+        "every_n_epochs": 2
+    }
+    one_epoch = by_id(diagnose(make(timing=timing, max_epochs=1)), "checkpoint_share")
+    assert one_epoch.settings_change == {} and "every_n_train_steps" in one_epoch.recommendation

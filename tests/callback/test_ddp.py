@@ -52,12 +52,12 @@ def test_each_rank_writes_its_own_trace_with_its_global_rank(straggler_run):
 def test_rank_zero_logs_mean_max_and_the_slowest_rank(straggler_run):
     events = EventAccumulator(straggler_run)
     events.Reload()
-    mean = [e.value for e in events.Scalars("perf/data_wait_ms")]
-    worst = [e.value for e in events.Scalars("perf/data_wait_ms_max")]
+    mean = [e.value for e in events.Scalars("perf_data/wait_ms")]
+    worst = [e.value for e in events.Scalars("perf_data/wait_ms_max")]
     assert len(mean) == len(worst) >= 3
     assert all(m > a for m, a in zip(worst, mean, strict=True))
-    assert all(e.value == 1.0 for e in events.Scalars("perf/slowest_rank"))
-    assert "perf/step_time_ms_max" in events.Tags()["scalars"]
+    assert all(e.value == 1.0 for e in events.Scalars("perf_ranks/slowest_rank"))
+    assert "perf_step/time_ms_max" in events.Tags()["scalars"]
 
 
 @pytest.mark.timeout(240)

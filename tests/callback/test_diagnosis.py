@@ -20,7 +20,7 @@ def fit(tmp_path, data, model=None, batches=24, **callback_kwargs):
 def diagnosis_text(log_dir):
     events = EventAccumulator(log_dir, size_guidance={"tensors": 0})
     events.Reload()
-    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("perf/diagnosis")]
+    (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("perf_text/diagnosis")]
     return events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
 
 
@@ -59,3 +59,22 @@ def test_diagnosis_can_be_switched_off(tmp_path):
     summary, log_dir = fit(tmp_path, loader(n=96, delay_s=0.002), diagnose=False)
     assert summary.findings == [] and summary.probes == {}
     assert os.path.exists(os.path.join(log_dir, "perf_summary.json"))
+
+
+def test_the_fingerprint_records_how_often_the_user_validates(tmp_path):
+    callback = PerfCallback(enable_profiler=False, utilization=False, diagnose=False)
+    L_trainer = trainer(
+        tmp_path,
+        [callback],
+        limit_train_batches=8,
+        limit_val_batches=2,
+        val_check_interval=0.25,
+        max_epochs=1,
+    )
+    L_trainer.fit(TinyModel(), loader(n=32), loader(n=8))
+    settings = RunSummary.load(L_trainer.logger.log_dir).settings  # through the JSON file
+    assert settings.val_check_interval == 0.25 and isinstance(settings.val_check_interval, float)
+    assert settings.check_val_every_n_epoch == 1
+    assert settings.limit_val_batches == 2
+    assert settings.max_epochs == 1
+    assert settings.train_batches_per_epoch == 8

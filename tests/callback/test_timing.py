@@ -20,12 +20,12 @@ from tests.helpers import SleepyIterable, TinyModel, loader, trainer
 
 TIMING_ONLY = dict(enable_profiler=False, utilization=False, diagnose=False, log_min_interval_s=0)
 PERF_TAGS = {
-    "perf/step_time_ms",
-    "perf/data_wait_ms",
-    "perf/data_wait_pct",
-    "perf/compute_ms",
-    "perf/samples_per_sec",
-    "perf/batches_per_sec",
+    "perf_step/time_ms",
+    "perf_data/wait_ms",
+    "perf_data/wait_pct",
+    "perf_step/compute_ms",
+    "perf_step/samples_per_sec",
+    "perf_step/batches_per_sec",
 }
 
 
@@ -78,10 +78,10 @@ def test_metrics_reach_tensorboard_event_file(tmp_path):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert tags >= PERF_TAGS
-    assert "perf/epoch_start_ms" in tags
-    steps = [event.step for event in events.Scalars("perf/step_time_ms")]
+    assert "perf_data/epoch_start_ms" in tags
+    steps = [event.step for event in events.Scalars("perf_step/time_ms")]
     assert len(steps) >= 3 and steps == sorted(steps)
-    assert all(0.0 <= e.value <= 100.0 for e in events.Scalars("perf/data_wait_pct"))
+    assert all(0.0 <= e.value <= 100.0 for e in events.Scalars("perf_data/wait_pct"))
 
 
 def test_metrics_reach_a_csv_logger(tmp_path):
@@ -89,9 +89,9 @@ def test_metrics_reach_a_csv_logger(tmp_path):
     fit(tmp_path, loader(n=80), logger=logger, limit_train_batches=20, log_every_n_steps=5)
     with open(os.path.join(logger.log_dir, "metrics.csv")) as fh:
         rows = list(csv.DictReader(fh))
-    logged = [row for row in rows if row.get("perf/step_time_ms")]
+    logged = [row for row in rows if row.get("perf_step/time_ms")]
     assert len(logged) >= 3
-    assert float(logged[0]["perf/step_time_ms"]) > 0.0
+    assert float(logged[0]["perf_step/time_ms"]) > 0.0
     assert set(rows[0].keys()) >= PERF_TAGS
 
 
@@ -105,10 +105,10 @@ def test_several_loggers_all_receive_the_metrics(tmp_path):
     loggers = [TensorBoardLogger(tmp_path, name="tb"), CSVLogger(tmp_path, name="csv")]
     fit(tmp_path, loader(n=80), logger=loggers, limit_train_batches=20, log_every_n_steps=5)
     with open(os.path.join(loggers[1].log_dir, "metrics.csv")) as fh:
-        assert "perf/data_wait_ms" in fh.readline()
+        assert "perf_data/wait_ms" in fh.readline()
     events = EventAccumulator(loggers[0].log_dir)
     events.Reload()
-    assert "perf/data_wait_ms" in events.Tags()["scalars"]
+    assert "perf_data/wait_ms" in events.Tags()["scalars"]
 
 
 def test_iterable_dataset_over_epochs(tmp_path):
@@ -188,6 +188,6 @@ def test_fast_steps_are_logged_less_often_than_every_window(tmp_path):
     )
     events = EventAccumulator(L_trainer.logger.log_dir)
     events.Reload()
-    steps = [event.step for event in events.Scalars("perf/step_time_ms")]
+    steps = [event.step for event in events.Scalars("perf_step/time_ms")]
     assert 1 <= len(steps) < 19  # 99 timed steps in windows of 5 would log 19 times
     assert callback.last_summary.timing.steps == 99  # the run figures still hold every step

@@ -51,10 +51,10 @@ def test_busy_workers_show_up_and_no_gpu_figure_is_invented(tmp_path):
     assert cpu.process_cpu_pct is not None and cpu.system_cpu_pct is not None
     events = scalars(L_trainer.logger.log_dir)
     tags = set(events.Tags()["scalars"])
-    assert {"perf/cpu_util_pct", "perf/dataloader_workers_cpu_pct", "perf/system_cpu_pct"} <= tags
-    assert max(e.value for e in events.Scalars("perf/dataloader_workers_cpu_pct")) > 10.0
+    assert {"perf_cpu/process_pct", "perf_cpu/workers_pct", "perf_cpu/system_pct"} <= tags
+    assert max(e.value for e in events.Scalars("perf_cpu/workers_pct")) > 10.0
     # no GPU here: absent, with the reason, never zeros
-    assert not any(tag.startswith("perf/gpu_") for tag in tags)
+    assert not any(tag.startswith("perf_gpu/") for tag in tags)
     assert callback.last_summary.utilization.gpu is None
     assert callback.last_summary.utilization.gpu_unavailable_reason
     assert sampler_threads() == []
@@ -74,3 +74,16 @@ def test_idle_workers_are_near_zero(tmp_path):
         TinyModel(step_delay_s=0.01), loader(n=120, num_workers=2)
     )
     assert callback.last_summary.utilization.cpu.workers_cpu_pct < 20.0
+
+
+def test_the_last_window_keeps_its_utilization_figures(tmp_path):
+    # 11 batches: the first is the epoch's start-up, then windows of 4 steps at 4 and 8, and a last window of
+    # 2 steps flushed at the end of fit, after which the sampler stops
+    callback = PerfCallback(enable_profiler=False, diagnose=False, util_interval_s=0.05, log_min_interval_s=0)
+    L_trainer = trainer(tmp_path, [callback], max_epochs=1, limit_train_batches=11, log_every_n_steps=4)
+    L_trainer.fit(TinyModel(), loader(n=44))
+    events = scalars(L_trainer.logger.log_dir)
+    step_points = [e.step for e in events.Scalars("perf_step/time_ms")]
+    cpu_points = [e.step for e in events.Scalars("perf_cpu/process_pct")]
+    assert len(step_points) == 3
+    assert cpu_points == step_points  # every window, the last one too, has its CPU figures

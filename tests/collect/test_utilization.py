@@ -41,7 +41,7 @@ def torch_style_uuids(nvml: FakeNvml, visible: list[int]):
 
 
 def gpu_keys(metrics: dict[str, float]) -> list[str]:
-    return [key for key in metrics if key.startswith("perf/gpu")]
+    return [key for key in metrics if key.startswith("perf_gpu/")]
 
 
 @pytest.fixture

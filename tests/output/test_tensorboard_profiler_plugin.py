@@ -40,7 +40,7 @@ def test_plugin_lists_the_run_under_the_scalars_run_name_with_its_steps(profiled
     assert steps == ["4", "5", "6"]
     # the Scalars tab shows the same run name
     scalar_runs = server.wait_for("/data/plugin/scalars/tags", lambda r: RUN in r)
-    assert "perf/step_time_ms" in scalar_runs[RUN]
+    assert "perf_step/time_ms" in scalar_runs[RUN]
 
 
 def test_plugin_attributes_dataloader_time_like_the_callback_measured(profiled_run):

@@ -46,11 +46,11 @@ def test_hparams_tab_lists_both_runs_with_settings_and_results(log_root):
     for name, workers in (("exp/workers0", 0), ("exp/workers2", 2)):
         assert by_name[name]["hparams"]["perf/num_workers"] == workers
         metrics = {m["name"]["tag"]: m["value"] for m in by_name[name]["metricValues"]}
-        assert metrics["perf/summary/step_time_median_ms"] > 0.0
-        assert 0.0 <= metrics["perf/summary/data_wait_pct"] <= 100.0
-        assert metrics["perf/summary/samples_per_sec"] > 0.0
+        assert metrics["perf_summary/step_time_median_ms"] > 0.0
+        assert 0.0 <= metrics["perf_summary/data_wait_pct"] <= 100.0
+        assert metrics["perf_summary/samples_per_sec"] > 0.0
     experiment = hparams_request(log_root, "experiment")
-    assert "perf/summary/data_wait_pct" in [m["name"]["tag"] for m in experiment["metricInfos"]]
+    assert "perf_summary/data_wait_pct" in [m["name"]["tag"] for m in experiment["metricInfos"]]
 
 
 def test_custom_scalars_layout_groups_the_perf_charts(log_root):
@@ -63,7 +63,7 @@ def test_diagnosis_and_comparison_texts_are_served(log_root):
     tags = log_root.wait_for(
         "/data/plugin/text/tags", lambda r: "exp/perf_compare" in r and "exp/workers0" in r
     )
-    assert "perf/diagnosis" in " ".join(tags["exp/workers0"])
+    assert "perf_text/diagnosis" in " ".join(tags["exp/workers0"])
     (tag,) = tags["exp/perf_compare"]
     texts = log_root.get("/data/plugin/text/text", run="exp/perf_compare", tag=tag)
     content = texts[-1]["text"]
