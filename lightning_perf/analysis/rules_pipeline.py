@@ -60,14 +60,15 @@ def probe_shows_no_gain(summary: RunSummary) -> str | None:
     probe = summary.probes.get("num_workers")
     if probe is None:
         return None
-    rates = _rates(probe_value(probe, "candidates"))
     current = summary.settings.num_workers or 0
+    suggested = probe_value(probe, "suggested")
+    if isinstance(suggested, int) and not isinstance(suggested, bool) and suggested <= current:
+        # the probe's own verdict (it stops at the first value that keeps up with the model)
+        return f"the num_workers probe found nothing faster than {current}"
+    rates = _rates(probe_value(probe, "candidates"))
     own = rates.get(current)
     more = {n: r for n, r in rates.items() if n > current}
     if own is None or not more:
-        suggested = probe_value(probe, "suggested")
-        if isinstance(suggested, int) and not isinstance(suggested, bool) and suggested <= current:
-            return f"the num_workers probe found nothing faster than {current}"
         return None
     best = max(more, key=lambda n: more[n])
     gain = more[best] / own

@@ -34,7 +34,7 @@ def case_study(**overrides) -> RunSummary:
         num_workers=0,
         cpu_count=2,
         cpu={"process_cpu_pct": 172.5, "workers_cpu_pct": 0.0},
-        probes=probe({0: 27.0, 1: 28.0, 2: 29.0}, suggested=0),
+        probes=probe({0: 27.0, 1: 28.0, 2: 29.0}),
     )
     kwargs.update(overrides)
     return make(**kwargs)
@@ -95,6 +95,13 @@ def test_silent_without_evidence_that_workers_cannot_help():
     assert (
         fire(case_study(probes={}, cpu_count=None, cpu={"process_cpu_pct": 190.0})) is None
     )  # cores unknown
+
+
+def test_probe_suggesting_the_current_setting_is_no_gain_whatever_the_rates():
+    # the probe stops at the first value that keeps up with the model: its suggestion is its verdict
+    summary = case_study(cpu=None, probes=probe({0: 27.0, 1: 50.0}, suggested=0))
+    assert "found nothing faster than 0" in fire(summary).evidence
+    assert fire(case_study(cpu=None, probes=probe({0: 27.0, 1: 50.0}, suggested=1))) is None
 
 
 def test_probe_without_a_rate_at_the_current_setting_falls_back_to_its_suggestion():
