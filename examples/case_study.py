@@ -253,21 +253,16 @@ def diagnose_and_plan(args: argparse.Namespace) -> tuple[RunSummary, Plan]:
     return summary, plan
 
 
-def run_study(args: argparse.Namespace) -> int:
+def measure(args: argparse.Namespace, plan: Plan) -> Any:
+    """Before and after in ``args.repeats`` interleaved rounds (``lightning_perf.run_trial``): a TrialResult."""
     from lightning_perf import run_trial
 
-    summary, plan = diagnose_and_plan(args)
-    if not plan.applied:
-        print(
-            "No finding asked for a change the example can apply: 'after' would be 'before'; nothing to measure."
-        )
-        return 0
     print(
         f"3. measure: {args.repeats} interleaved rounds of before/after, {args.steps} steps each\n",
         flush=True,
     )
     variants = [trial_variant("before", base_setup(args), args), trial_variant("after", plan.after, args)]
-    result = run_trial(
+    return run_trial(
         variants,
         args.steps,
         log_dir=study_dir(args),
@@ -276,15 +271,31 @@ def run_study(args: argparse.Namespace) -> int:
         overwrite=True,
         repeats=args.repeats,
     )
+
+
+def after_change(result: Any) -> Any:
+    """The trial's MetricChange of 'after' against 'before' (median step time), or None when not measured."""
     changes = getattr(result.comparison, "changes", None) or {}
-    if "after" in changes:
-        print(verdict_line(changes["after"]))
+    return changes.get("after")
+
+
+def run_study(args: argparse.Namespace) -> int:
+    summary, plan = diagnose_and_plan(args)
+    if not plan.applied:
+        print(
+            "No finding asked for a change the example can apply: 'after' would be 'before'; nothing to measure."
+        )
+        return 0
+    result = measure(args, plan)
+    change = after_change(result)
+    if change is not None:
+        print(verdict_line(change))
     else:
         print("case study verdict: not measured (" + ("; ".join(result.notes) or "no comparison") + ")")
     print(
         f"\nOpen every run in TensorBoard (Scalars, Text, PyTorch Profiler tabs):\n  tensorboard --logdir {study_dir(args)}"
     )
-    return 0 if "after" in changes else 1
+    return 0 if change is not None else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
