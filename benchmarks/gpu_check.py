@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 
 import torch  # noqa: E402
 from gpu_check_fits import FIT_CHECKS, NO_GPU, CheckResult, Context, result, skipped  # noqa: E402
+from gpu_check_state import STATE_CHECKS  # noqa: E402
 
 from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_UTIL, map_cuda_to_nvml, torch_cuda_uuid  # noqa: E402
 from lightning_perf.collect.utilization import UtilSampler  # noqa: E402
@@ -172,7 +173,12 @@ def _loop_medians(device: torch.device) -> tuple[float, float]:
     return statistics.median(times[True]), statistics.median(times[False])
 
 
-CHECKS: list[Callable[[Context], CheckResult]] = [check_nvml_identity, check_sampler_truth, *FIT_CHECKS]
+CHECKS: list[Callable[[Context], CheckResult]] = [
+    check_nvml_identity,
+    check_sampler_truth,
+    *FIT_CHECKS,
+    *STATE_CHECKS,
+]
 
 
 # ------------------------------------------------------------------------------------------------- runner
