@@ -1,12 +1,13 @@
-"""ResNet-18 on CIFAR10-shaped data: the DataLoader case study for lightning-perf.
+"""ResNet-18 on CIFAR10-shaped data: the model and data of lightning-perf's case study.
 
-The case study (synthetic data, runs offline; a GPU user adds ``--accelerator gpu --steps 500 ...``)::
+The case study (synthetic data, runs offline; ``examples/case_study.py`` holds it)::
 
     python examples/resnet18_cifar10.py
 
-trains twice with ``PerfCallback``: "before" (``num_workers=0``, cudnn.benchmark off) and "after"
-(``num_workers`` chosen for the machine, cudnn.benchmark on), prints the before/after table and the command
-that opens both runs in TensorBoard. ``--data cifar10 --data-dir DIR`` uses the real data set (downloaded).
+diagnoses a "before" run with ``PerfCallback``, builds "after" from its findings (the ``batched_transforms``
+recipe: uint8 data, augmentation once per batch on the device in ``on_after_batch_transfer``; num_workers,
+pin_memory, cudnn.benchmark and mixed precision on a GPU), measures both in interleaved rounds and prints the
+verdict with its interval. ``--data cifar10 --data-dir DIR`` uses the real data set (downloaded).
 
 The same model and data as a Lightning CLI (``fit``, ``validate``, ``test``, ``predict``)::
 
