@@ -59,6 +59,9 @@ SMOKE_PROBE_BUDGET_S = 2.0
 LOG_EVERY_N_STEPS = 10
 
 DATALOADER_KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+CUDA_ONLY_KEYS = ("pin_memory", "benchmark", "precision")
+# DataLoader arguments that torch accepts only with workers
+WORKER_ONLY_KEYS = ("persistent_workers", "prefetch_factor")
 # worker settings measured on the per-sample pipeline: they do not carry over once batched transforms replace it
 WORKER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor")
 NOT_APPLICABLE = {
@@ -153,18 +156,20 @@ def plan_after(before: Setup, findings: Sequence[Finding], cuda: bool) -> Plan:
                 decision.reason = NOT_APPLICABLE[key]
             elif key == "batched_transforms" and value is True:
                 model["batched_transforms"] = data["batched_transforms"] = True
+            elif key in CUDA_ONLY_KEYS and not cuda:
+                decision.reason = "needs a CUDA device"
             elif key in DATALOADER_KEYS:
                 data[key] = value
-            elif key in ("benchmark", "precision") and not cuda:
-                decision.reason = "needs a CUDA device"
             elif key in ("benchmark", "precision"):
                 trainer[key] = value
             else:
                 decision.reason = "the example does not know how to apply it"
             if decision.applied:
                 set_by[key] = finding.id
-    if data.get("pin_memory") and not cuda:
-        data["pin_memory"] = False
+    for decision in decisions:
+        if decision.applied and decision.key in WORKER_ONLY_KEYS and not data["num_workers"]:
+            decision.reason = "needs num_workers > 0"
+            data.pop(decision.key)
     return Plan(Setup(model, data, trainer), decisions)
 
 

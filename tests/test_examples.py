@@ -90,6 +90,7 @@ def test_plan_applies_what_the_example_knows_and_says_why_not_the_rest():
         Finding("cudnn_benchmark", "medium", "t", "e", "r", {"benchmark": True}),
         Finding("low_gpu_util", "medium", "t", "e", "r", {"batch_size": 128}),
         Finding("future_rule", "low", "t", "e", "r", {"channels_last": True}),
+        Finding("persistent_workers", "low", "t", "e", "r", {"persistent_workers": True}),
         Finding("straggler", "info", "Rank 1 is slow", "e", "r"),
     ]
     before = case_study.base_setup(case_study.parse_study_args([]))
@@ -107,8 +108,18 @@ def test_plan_applies_what_the_example_knows_and_says_why_not_the_rest():
         ("future_rule", "channels_last"): "the example does not know how to apply it",
         ("straggler", None): "advice only: Rank 1 is slow",
     }
-    assert cpu.after.trainer == before.trainer and cpu.after.data["pin_memory"] is False
-    assert {d.key for d in cpu.not_applied if d.reason == "needs a CUDA device"} == {"precision", "benchmark"}
+    assert gpu.after.data["persistent_workers"] is True  # with the 6 workers input_bound asked for
+    assert cpu.after.trainer == before.trainer and "pin_memory" not in cpu.after.data
+    # torch refuses persistent_workers without workers: not applied when no finding asked for workers
+    persistent = Finding("persistent_workers", "low", "t", "e", "r", {"persistent_workers": True})
+    no_workers = case_study.plan_after(before, [persistent], cuda=True)
+    assert [d.reason for d in no_workers.decisions] == ["needs num_workers > 0"]
+    assert "persistent_workers" not in no_workers.after.data
+    assert {d.key for d in cpu.not_applied if d.reason == "needs a CUDA device"} == {
+        "precision",
+        "benchmark",
+        "pin_memory",
+    }
     assert "not applied:" in gpu.render() and "precision='bf16-mixed'" in gpu.render()
 
 
