@@ -1,13 +1,15 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   creates .venv and runs the ResNet-18 before/after case study on synthetic data
 #   make test   creates .venv and runs lint + the test suite (what .ci/run calls)
+#   make gpu-check  on a machine with one NVIDIA GPU: one pass/fail table of what the GPU side promises
+#                   (under 5 minutes; also written to $$OUT/gpu_check.txt and .json when OUT is set)
 VENV ?= .venv
 PYTHON ?= python3
 BIN = $(VENV)/bin
 # torch first: pinned versions this project is tested with (any torch>=2.2 works for users)
 TORCH = torch==2.14.1 torchvision==0.29.1
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo gpu-check test lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +22,9 @@ venv: $(BIN)/.installed
 
 demo: venv
 	$(BIN)/python examples/resnet18_cifar10.py
+
+gpu-check: venv
+	$(BIN)/python benchmarks/gpu_check.py
 
 lint: venv
 	$(BIN)/ruff check .

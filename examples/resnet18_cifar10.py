@@ -1,12 +1,13 @@
-"""ResNet-18 on CIFAR10-shaped data: the DataLoader case study for lightning-perf.
+"""ResNet-18 on CIFAR10-shaped data: the model and data of lightning-perf's case study.
 
-The case study (synthetic data, runs offline; a GPU user adds ``--accelerator gpu --steps 500 ...``)::
+The case study (synthetic data, runs offline; ``examples/case_study.py`` holds it)::
 
     python examples/resnet18_cifar10.py
 
-trains twice with ``PerfCallback``: "before" (``num_workers=0``, cudnn.benchmark off) and "after"
-(``num_workers`` chosen for the machine, cudnn.benchmark on), prints the before/after table and the command
-that opens both runs in TensorBoard. ``--data cifar10 --data-dir DIR`` uses the real data set (downloaded).
+diagnoses a "before" run with ``PerfCallback``, builds "after" from its findings (the ``batched_transforms``
+recipe: uint8 data, augmentation once per batch on the device in ``on_after_batch_transfer``; num_workers,
+pin_memory, cudnn.benchmark and mixed precision on a GPU), measures both in interleaved rounds and prints the
+verdict with its interval. ``--data cifar10 --data-dir DIR`` uses the real data set (downloaded).
 
 The same model and data as a Lightning CLI (``fit``, ``validate``, ``test``, ``predict``)::
 
@@ -15,12 +16,10 @@ The same model and data as a Lightning CLI (``fit``, ``validate``, ``test``, ``p
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
+import functools
 import sys
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,45 +27,30 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 import torchvision
-from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_only
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torchvision import transforms
 
-from lightning_perf import PerfCallback
-from lightning_perf.analysis.comparison import compare, render_text
-from lightning_perf.analysis.summary import RunSummary
-from lightning_perf.collect.utilization import usable_cpu_count
+from examples.batch_augment import augment_batch, normalize_batch
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
 # per-channel mean and standard deviation of the CIFAR10 training images (the values torchvision users quote)
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+# torchvision's usual CIFAR10 augmentation: RandomCrop(32, padding=4)
+CROP_PADDING = 4
 CIFAR10_TRAIN_SIZE = 50_000
 CIFAR10_TEST_SIZE = 10_000
 # FakeData seeds each image from its index plus this offset: keeps validation images apart from training ones
 FAKE_VAL_OFFSET = 1_000_000
 DATA_CHOICES = ("synthetic", "cifar10")
 
-STUDY_NAME = "resnet18_cifar10"
-# the profiling schedule of the issue: two cycles of 3 recorded steps, after 1 skipped, 1 idle and 1 warm-up
-STUDY_SCHEDULE = dict(skip_first=1, wait=1, warmup=1, active=3, repeat=2)
-# Default size, tuned on a 2-core CPU with no GPU: a step of 64 images there takes ~100 ms of compute plus
-# ~37 ms of FakeData + transforms + collate in the training process (a 27% data wait with num_workers=0), and
-# the whole study (two runs, start-up included) about a minute when nothing else runs there.
-DEFAULT_STEPS = 200
-DEFAULT_BATCH_SIZE = 64
-# --smoke: just past the schedule's last recorded step (1 + 2 * (1 + 1 + 3) = 11 batches), tiny batches
-SMOKE_STEPS = 12
-SMOKE_BATCH_SIZE = 8
-SMOKE_NUM_SAMPLES = 256
-# at most this many workers for 'after', a common starting point (more workers than usable cores only compete
-# for them); a fast GPU may need more: --workers N, and the 'before' run's num_workers probe measures it
-MAX_AUTO_WORKERS = 4
-LOG_EVERY_N_STEPS = 10
 SEED = 0
+
+# Lightning warns whenever a model overriding a batch-transfer hook is fitted with a DataModule (data_connector);
+# this example means it: the model augments on the device, the DataModule keeps the default hook.
+warnings.filterwarnings("ignore", message=r".*overridden `on_after_batch_transfer` in `LightningModule`.*")
 
 CLI_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
@@ -81,10 +65,18 @@ class ResNet18Classifier(L.LightningModule):
         weight_decay: L2 penalty.
         cifar_stem: replace the ImageNet stem (7x7 stride-2 conv + max-pool, which shrinks 32x32 inputs to 8x8)
             by the usual CIFAR stem (3x3 stride-1 conv, no max-pool): more accurate, ~16x the compute per image.
+        batched_transforms: the batches arrive as uint8 images (``CIFAR10DataModule(batched_transforms=True)``)
+            and are augmented (training) and normalized here, once per batch on the device, in
+            ``on_after_batch_transfer``: the recipe of lightning-perf's ``batched_transforms`` finding.
     """
 
     def __init__(
-        self, lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4, cifar_stem: bool = False
+        self,
+        lr: float = 0.05,
+        momentum: float = 0.9,
+        weight_decay: float = 5e-4,
+        cifar_stem: bool = False,
+        batched_transforms: bool = False,
     ) -> None:
         super().__init__()
         if not lr > 0:
@@ -101,6 +93,22 @@ class ResNet18Classifier(L.LightningModule):
             self.model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
             self.model.maxpool = nn.Identity()
         self.example_input_array = torch.zeros(1, *IMAGE_SHAPE)
+        # not saved in checkpoints: constants that follow the module to its device
+        self.register_buffer("pixel_mean", torch.tensor(CIFAR10_MEAN), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor(CIFAR10_STD), persistent=False)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if not self.hparams.batched_transforms:
+            return batch
+        images, labels = batch
+        if images.dtype != torch.uint8:
+            raise ValueError(
+                "ResNet18Classifier(batched_transforms=True) expects uint8 images "
+                f"(CIFAR10DataModule(batched_transforms=True)), got {images.dtype}"
+            )
+        if self.training:  # Lightning puts the module in train mode for training batches only
+            return augment_batch(images, self.pixel_mean, self.pixel_std, padding=CROP_PADDING), labels
+        return normalize_batch(images, self.pixel_mean, self.pixel_std), labels
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.model(images)
@@ -144,18 +152,25 @@ class ResNet18Classifier(L.LightningModule):
 class CIFAR10DataModule(L.LightningDataModule):
     """CIFAR10, or synthetic images shaped like it, with the usual CIFAR10 augmentation.
 
-    Training images get a random 32x32 crop of the 4-pixel padded image and a random horizontal flip, then
-    ``ToTensor`` and ``Normalize`` with the CIFAR10 mean/std; validation images only the last two. Both kinds
-    of data go through the same PIL pipeline, so the synthetic data costs the DataLoader what CIFAR10 does.
+    Per sample (the default): training images get a random 32x32 crop of the 4-pixel padded image and a
+    random horizontal flip, then ``ToTensor`` and ``Normalize`` with the CIFAR10 mean/std; validation images
+    only the last two. Both kinds of data go through the same PIL pipeline; the synthetic images are
+    torchvision's ``FakeData``, generated per access like an image decoded from storage.
+
+    With ``batched_transforms=True`` the data set is held as uint8 tensors (CIFAR10's own array; the synthetic
+    images generated once) and batches leave the DataLoader as uint8 images: ``ResNet18Classifier(
+    batched_transforms=True)`` augments and normalizes them on the device, once per batch.
 
     Args:
-        data: "synthetic" (torchvision ``FakeData``, offline) or "cifar10" (downloaded into ``data_dir``).
+        data: "synthetic" (offline) or "cifar10" (downloaded into ``data_dir``).
         data_dir: where CIFAR10 is downloaded to and read from.
         batch_size: images per batch.
         num_workers: DataLoader worker processes (0 loads in the training process).
         pin_memory: DataLoader ``pin_memory`` (faster host-to-GPU copies).
         persistent_workers: keep workers alive between epochs (needs ``num_workers > 0``).
+        prefetch_factor: batches each worker loads ahead (needs ``num_workers > 0``; None: torch's default).
         num_samples: training images of the synthetic data (validation gets a fifth as many, as CIFAR10 does).
+        batched_transforms: yield uint8 images and leave augmentation to the model (see above).
     """
 
     def __init__(
@@ -166,7 +181,9 @@ class CIFAR10DataModule(L.LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
         num_samples: int = CIFAR10_TRAIN_SIZE,
+        batched_transforms: bool = False,
     ) -> None:
         super().__init__()
         if data not in DATA_CHOICES:
@@ -176,6 +193,12 @@ class CIFAR10DataModule(L.LightningDataModule):
         _check_int("num_samples", num_samples, minimum=1)
         if persistent_workers and num_workers == 0:
             raise ValueError("`persistent_workers=True` needs `num_workers` > 0, got num_workers=0")
+        if prefetch_factor is not None:
+            _check_int("prefetch_factor", prefetch_factor, minimum=1)
+            if num_workers == 0:
+                raise ValueError(
+                    f"`prefetch_factor={prefetch_factor}` needs `num_workers` > 0, got num_workers=0"
+                )
         self.save_hyperparameters()
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
@@ -186,8 +209,14 @@ class CIFAR10DataModule(L.LightningDataModule):
                 torchvision.datasets.CIFAR10(self.hparams.data_dir, train=train, download=True)
 
     def setup(self, stage: str) -> None:
+        if self.hparams.batched_transforms:
+            self.train_set, self.val_set = self._uint8_sets()
+            return
         normalize = [transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
-        augment = [transforms.RandomCrop(IMAGE_SHAPE[1], padding=4), transforms.RandomHorizontalFlip()]
+        augment = [
+            transforms.RandomCrop(IMAGE_SHAPE[1], padding=CROP_PADDING),
+            transforms.RandomHorizontalFlip(),
+        ]
         train_tf = transforms.Compose(augment + normalize)
         val_tf = transforms.Compose(normalize)
         if self.hparams.data == "cifar10":
@@ -195,13 +224,33 @@ class CIFAR10DataModule(L.LightningDataModule):
             self.train_set = torchvision.datasets.CIFAR10(root, train=True, transform=train_tf)
             self.val_set = torchvision.datasets.CIFAR10(root, train=False, transform=val_tf)
         else:
-            n = self.hparams.num_samples
-            val_n = max(1, n * CIFAR10_TEST_SIZE // CIFAR10_TRAIN_SIZE)
             fake = dict(image_size=IMAGE_SHAPE, num_classes=NUM_CLASSES)
-            self.train_set = torchvision.datasets.FakeData(size=n, transform=train_tf, **fake)
-            self.val_set = torchvision.datasets.FakeData(
-                size=val_n, transform=val_tf, random_offset=FAKE_VAL_OFFSET, **fake
+            self.train_set = torchvision.datasets.FakeData(
+                size=self.hparams.num_samples, transform=train_tf, **fake
             )
+            self.val_set = torchvision.datasets.FakeData(
+                size=self._val_size(), transform=val_tf, random_offset=FAKE_VAL_OFFSET, **fake
+            )
+
+    def _val_size(self) -> int:
+        return max(1, self.hparams.num_samples * CIFAR10_TEST_SIZE // CIFAR10_TRAIN_SIZE)
+
+    def _uint8_sets(self) -> tuple[Dataset, Dataset]:
+        """Training and validation sets of uint8 (N, 3, 32, 32) images and int64 labels, held in memory."""
+        if self.hparams.data == "cifar10":
+            root = self.hparams.data_dir
+            sets = [torchvision.datasets.CIFAR10(root, train=train) for train in (True, False)]
+            # CIFAR10 keeps its images as one uint8 (N, 32, 32, 3) array: channels first, no copy per sample
+            return tuple(
+                TensorDataset(
+                    torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(d.targets)
+                )
+                for d in sets
+            )
+        return (
+            TensorDataset(*synthetic_uint8(self.hparams.num_samples, SEED)),
+            TensorDataset(*synthetic_uint8(self._val_size(), SEED + FAKE_VAL_OFFSET)),
+        )
 
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         if dataset is None:
@@ -214,6 +263,7 @@ class CIFAR10DataModule(L.LightningDataModule):
             num_workers=self.hparams.num_workers,
             pin_memory=self.hparams.pin_memory,
             persistent_workers=self.hparams.persistent_workers,
+            prefetch_factor=self.hparams.prefetch_factor,
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -229,138 +279,18 @@ class CIFAR10DataModule(L.LightningDataModule):
         return self._loader(self.val_set, train=False)
 
 
+@functools.lru_cache(maxsize=4)
+def synthetic_uint8(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` random uint8 CIFAR10-shaped images and labels, drawn once (a few MB per thousand images)."""
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (count, *IMAGE_SHAPE), dtype=torch.uint8, generator=generator)
+    labels = torch.randint(0, NUM_CLASSES, (count,), generator=generator)
+    return images, labels
+
+
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
-
-
-# ------------------------------------------------------------------------------------------ the case study
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    num_workers: int
-    cudnn_benchmark: bool
-
-
-def auto_num_workers() -> int:
-    """Workers for 'after': one per usable core (the affinity mask, not the machine), at most MAX_AUTO_WORKERS."""
-    return max(1, min(MAX_AUTO_WORKERS, usable_cpu_count()))
-
-
-def run_variant(args: argparse.Namespace, variant: Variant) -> RunSummary:
-    """Train once with PerfCallback, logged as the TensorBoard run ``<log_dir>/resnet18_cifar10/<name>``."""
-    logger = TensorBoardLogger(save_dir=args.log_dir, name=STUDY_NAME, version=variant.name)
-    if os.path.isdir(logger.log_dir) and rank_zero_only.rank == 0:
-        # a rerun replaces the run, so TensorBoard and the profiler tab never mix two runs' files (rank zero
-        # only: with --devices > 1 the other ranks start later, into the run rank zero already began)
-        print(f"replacing the previous run in {logger.log_dir}")
-        shutil.rmtree(logger.log_dir)
-    L.seed_everything(SEED, verbose=False)  # the same initial weights and images for both variants
-    datamodule = CIFAR10DataModule(
-        data=args.data,
-        data_dir=args.data_dir,
-        batch_size=args.batch_size,
-        num_workers=variant.num_workers,
-        num_samples=SMOKE_NUM_SAMPLES if args.smoke else CIFAR10_TRAIN_SIZE,
-    )
-    perf = PerfCallback(**STUDY_SCHEDULE)
-    trainer = L.Trainer(
-        accelerator=args.accelerator,
-        devices=args.devices,
-        max_steps=args.steps,
-        benchmark=variant.cudnn_benchmark,  # how Lightning users set torch.backends.cudnn.benchmark
-        logger=logger,
-        callbacks=[perf],
-        log_every_n_steps=min(LOG_EVERY_N_STEPS, args.steps),
-        # the study measures training only: no validation, checkpoints or model summary in the way
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(ResNet18Classifier(cifar_stem=args.cifar_stem), datamodule=datamodule)
-    if perf.last_summary is None:
-        raise RuntimeError(f"the {variant.name!r} run finished without a performance summary")
-    return perf.last_summary
-
-
-def run_study(args: argparse.Namespace) -> int:
-    if args.workers is None:
-        workers = auto_num_workers()
-        why = f"min({MAX_AUTO_WORKERS}, {usable_cpu_count()} usable cores)"
-    else:
-        workers, why = args.workers, "--workers"
-    variants = [Variant("before", 0, False), Variant("after", workers, True)]
-    print(
-        f"Case study: ResNet-18 on {args.data} CIFAR10-shaped data, {args.steps} steps of {args.batch_size} "
-        f"images per run.\n  before: num_workers=0, cudnn.benchmark off\n"
-        f"  after:  num_workers={workers} ({why}), cudnn.benchmark on\n",
-        flush=True,
-    )
-    benchmark_was = torch.backends.cudnn.benchmark
-    try:
-        summaries = [run_variant(args, variant) for variant in variants]
-    finally:
-        torch.backends.cudnn.benchmark = benchmark_was  # Trainer(benchmark=...) sets it process-wide
-    if rank_zero_only.rank != 0:
-        return 0
-    comparison = compare(summaries, [v.name for v in variants])
-    runs_dir = os.path.join(args.log_dir, STUDY_NAME)
-    print()
-    print(render_text(comparison))
-    print(
-        f"Open both runs in TensorBoard (Scalars, Text, PyTorch Profiler tabs):\n  tensorboard --logdir {runs_dir}"
-    )
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python examples/resnet18_cifar10.py",
-        description=(
-            "Run the ResNet-18 DataLoader case study (before/after with PerfCallback). Give a Lightning CLI "
-            f"subcommand ({', '.join(CLI_SUBCOMMANDS)}) instead to train with LightningCLI, e.g. "
-            "`fit --config examples/config.yaml`."
-        ),
-    )
-    parser.add_argument("command", nargs="?", choices=["study"], default="study", help="the case study")
-    parser.add_argument("--steps", type=int, help=f"training steps per run (default {DEFAULT_STEPS})")
-    parser.add_argument("--batch-size", type=int, help=f"images per batch (default {DEFAULT_BATCH_SIZE})")
-    parser.add_argument(
-        "--workers", type=int, help="num_workers of 'after' (default: chosen for the machine)"
-    )
-    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu, gpu, ...")
-    parser.add_argument("--devices", type=int, default=1, help="devices to train on (default 1)")
-    parser.add_argument(
-        "--data", choices=DATA_CHOICES, default="synthetic", help="data set (default synthetic)"
-    )
-    parser.add_argument(
-        "--data-dir", default="data", help="where CIFAR10 is downloaded (with --data cifar10)"
-    )
-    parser.add_argument("--log-dir", default="perf_logs", help="TensorBoard log root (default perf_logs)")
-    parser.add_argument("--cifar-stem", action="store_true", help="3x3 stem without max-pool (16x compute)")
-    parser.add_argument("--smoke", action="store_true", help=f"a tiny run ({SMOKE_STEPS} steps) for tests")
-    return parser
-
-
-def parse_study_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.steps is None:
-        args.steps = SMOKE_STEPS if args.smoke else DEFAULT_STEPS
-    if args.batch_size is None:
-        args.batch_size = SMOKE_BATCH_SIZE if args.smoke else DEFAULT_BATCH_SIZE
-    for flag, value in (
-        ("--steps", args.steps),
-        ("--batch-size", args.batch_size),
-        ("--devices", args.devices),
-        ("--workers", args.workers),
-    ):
-        if value is not None and value < 1:
-            parser.error(f"{flag} must be >= 1, got {value}")
-    return args
 
 
 def run_cli(argv: Sequence[str] | None) -> None:
@@ -385,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if given and given[0] in CLI_SUBCOMMANDS:
         run_cli(argv)
         return 0
+    from examples.case_study import parse_study_args, run_study
+
     return run_study(parse_study_args(given))
 
 

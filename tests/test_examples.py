@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from lightning.pytorch.cli import LightningCLI
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from examples import cnn_inference, resnet18_cifar10
-from examples.resnet18_cifar10 import (
-    CIFAR10DataModule,
-    ResNet18Classifier,
-    auto_num_workers,
-)
+from examples import case_study, cnn_inference, resnet18_cifar10
+from examples.batch_augment import augment_batch, normalize_batch
+from examples.resnet18_cifar10 import CIFAR10DataModule, ResNet18Classifier
 from lightning_perf import PerfCallback
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.analysis.diagnosis import diagnose
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary
+from tests.analysis.test_rules_pipeline import case_study as case_study_summary
 from tests.helpers import trace_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,62 +31,169 @@ RECORDED_STEPS = [[3, 4, 5], [8, 9, 10]]
 # ---------------------------------------------------------------------------------- resnet18_cifar10 study
 
 
-def test_case_study_smoke_prints_before_after_table_and_writes_both_runs(tmp_path, capsys):
-    benchmark_was = torch.backends.cudnn.benchmark
+def cpu_case_study_summary(path: Path) -> Path:
+    """The 2-core CPU case study's 'before' run, diagnosed by the real rules, saved as a summary file."""
+    summary = case_study_summary(accelerator="cpu")
+    summary.findings = diagnose(summary)
+    summary.save(path)
+    return path
 
-    assert resnet18_cifar10.main(["--smoke", "--log-dir", str(tmp_path)]) == 0
+
+def test_case_study_smoke_builds_after_from_the_diagnosis_findings(tmp_path, capsys):
+    benchmark_was = torch.backends.cudnn.benchmark
+    args = case_study.parse_study_args(["--smoke", "--log-dir", str(tmp_path)])
+
+    summary, plan = case_study.diagnose_and_plan(args)
+
+    run = tmp_path / "resnet18_cifar10" / "diagnosis"
+    saved = RunSummary.load(run / SUMMARY_FILENAME)
+    assert saved.status == "finished" and saved.timing.steps > 0
+    assert [t.steps for t in saved.traces] == RECORDED_STEPS and len(trace_files(run)) == 2
+    assert [f.id for f in saved.findings] == [f.id for f in summary.findings]
+    # every settings change of every finding got a decision; 'after' is 'before' plus the applied ones
+    asked = [(f.id, k, v) for f in saved.findings for k, v in f.settings_change.items()]
+    assert [(d.finding, d.key, d.value) for d in plan.decisions if d.key is not None] == asked
+    before = case_study.base_setup(args)
+    applied = {d.key: d.value for d in plan.applied}
+    changed = {
+        k: v
+        for part in ("model", "data", "trainer")
+        for k, v in getattr(plan.after, part).items()
+        if getattr(before, part).get(k) != v
+    }
+    assert set(changed) == set(applied)
+    out = capsys.readouterr().out
+    assert "applied:" in out and "not applied:" in out
+    assert torch.backends.cudnn.benchmark == benchmark_was  # Trainer(benchmark=...) set it process-wide
+
+
+def test_after_of_the_cpu_case_study_takes_the_batched_transforms_recipe():
+    summary = case_study_summary(accelerator="cpu")
+    findings = diagnose(summary)
+    before = case_study.base_setup(case_study.parse_study_args([]))
+
+    plan = case_study.plan_after(before, findings, cuda=False)
+
+    assert plan.after.model["batched_transforms"] is True and plan.after.data["batched_transforms"] is True
+    assert plan.after.data["num_workers"] == 0 and plan.after.trainer == before.trainer
+    reasons = {(d.finding, d.key): d.reason for d in plan.not_applied}
+    # input_bound's worker estimate was made for the per-sample pipeline the recipe replaces
+    assert reasons[("input_bound", "num_workers")].startswith("measured on the per-sample pipeline")
+
+
+def test_plan_applies_what_the_example_knows_and_says_why_not_the_rest():
+    findings = [
+        Finding("mixed_precision", "medium", "t", "e", "r", {"precision": "bf16-mixed"}),
+        Finding("input_bound", "high", "t", "e", "r", {"num_workers": 6}),
+        Finding("workers_exceed_cores", "medium", "t", "e", "r", {"num_workers": 3}),
+        Finding("pin_memory", "medium", "t", "e", "r", {"pin_memory": True}),
+        Finding("cudnn_benchmark", "medium", "t", "e", "r", {"benchmark": True}),
+        Finding("low_gpu_util", "medium", "t", "e", "r", {"batch_size": 128}),
+        Finding("future_rule", "low", "t", "e", "r", {"channels_last": True}),
+        Finding("persistent_workers", "low", "t", "e", "r", {"persistent_workers": True}),
+        Finding("straggler", "info", "Rank 1 is slow", "e", "r"),
+    ]
+    before = case_study.base_setup(case_study.parse_study_args([]))
+
+    gpu = case_study.plan_after(before, findings, cuda=True)
+    cpu = case_study.plan_after(before, findings, cuda=False)
+
+    assert gpu.after.trainer["precision"] == "bf16-mixed" and gpu.after.trainer["benchmark"] is True
+    assert (gpu.after.data["num_workers"], gpu.after.data["pin_memory"]) == (6, True)
+    assert gpu.after.data["batch_size"] == before.data["batch_size"]
+    reasons = {(d.finding, d.key): d.reason for d in gpu.not_applied}
+    assert reasons == {
+        ("workers_exceed_cores", "num_workers"): "already set by input_bound",
+        ("low_gpu_util", "batch_size"): case_study.NOT_APPLICABLE["batch_size"],
+        ("future_rule", "channels_last"): "the example does not know how to apply it",
+        ("straggler", None): "advice only: Rank 1 is slow",
+    }
+    assert gpu.after.data["persistent_workers"] is True  # with the 6 workers input_bound asked for
+    assert cpu.after.trainer == before.trainer and "pin_memory" not in cpu.after.data
+    # torch refuses persistent_workers without workers: not applied when no finding asked for workers
+    persistent = Finding("persistent_workers", "low", "t", "e", "r", {"persistent_workers": True})
+    no_workers = case_study.plan_after(before, [persistent], cuda=True)
+    assert [d.reason for d in no_workers.decisions] == ["needs num_workers > 0"]
+    assert "persistent_workers" not in no_workers.after.data
+    assert {d.key for d in cpu.not_applied if d.reason == "needs a CUDA device"} == {
+        "precision",
+        "benchmark",
+        "pin_memory",
+    }
+    assert "not applied:" in gpu.render() and "precision='bf16-mixed'" in gpu.render()
+
+
+def test_case_study_measures_before_and_after_with_an_interval(tmp_path, capsys):
+    pytest.importorskip("lightning_perf.analysis.statistics", reason="the repeated measurement (issue 16)")
+    from lightning_perf.analysis.statistics import MetricChange  # noqa: F401  (the contract's class)
+
+    findings = cpu_case_study_summary(tmp_path / "before.json")
+    argv = ["--smoke", "--from-summary", str(findings), "--log-dir", str(tmp_path)]
+
+    assert resnet18_cifar10.main(argv) == 0
 
     out = capsys.readouterr().out
-    runs = tmp_path / "resnet18_cifar10"
-    assert re.search(r"^ +before \(baseline\) +after$", out, re.MULTILINE), out
-    for row in ("num_workers", "cudnn_benchmark", "median step time", "data wait", "throughput", "verdict:"):
-        assert row in out, row
-    assert f"tensorboard --logdir {runs}" in out
-    before = RunSummary.load(runs / "before" / SUMMARY_FILENAME)
-    after = RunSummary.load(runs / "after" / SUMMARY_FILENAME)
-    assert (before.settings.num_workers, after.settings.num_workers) == (0, auto_num_workers())
-    assert (before.settings.cudnn_benchmark, after.settings.cudnn_benchmark) == (False, True)
-    for summary, name in ((before, "before"), (after, "after")):
-        assert summary.status == "finished"
-        assert summary.settings.batch_size == resnet18_cifar10.SMOKE_BATCH_SIZE
-        assert summary.timing.steps > 0 and summary.timing.data_wait_pct is not None
-        assert [t.steps for t in summary.traces] == RECORDED_STEPS
-        assert len(trace_files(runs / name)) == 2
-    # Trainer(benchmark=True) set it process-wide; the study puts it back
-    assert torch.backends.cudnn.benchmark == benchmark_was
-
-
-def test_case_study_rerun_replaces_the_previous_runs(tmp_path, capsys):
-    stale = tmp_path / "resnet18_cifar10" / "before" / "stale.pt.trace.json.gz"
-    stale.parent.mkdir(parents=True)
-    stale.write_bytes(b"old")
-
-    resnet18_cifar10.main(["--smoke", "--steps", "2", "--log-dir", str(tmp_path)])
-
-    assert not stale.exists()
-    assert "replacing the previous run" in capsys.readouterr().out
-    assert RunSummary.load(stale.parent / SUMMARY_FILENAME).timing.steps > 0
+    assert "batched_transforms" in out.split("not applied:")[0]  # listed as applied
+    verdict = next(line for line in out.splitlines() if line.startswith("case study verdict:"))
+    assert re.search(r"interval \d+\.\d+ to \d+\.\d+", verdict), verdict
+    assert f"tensorboard --logdir {tmp_path / 'resnet18_cifar10'}" in out
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--steps", "0"], "--steps must be >= 1, got 0"),
-        (["--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
-        (["--workers", "0"], "--workers must be >= 1, got 0"),
+        (["--steps", "0"], "--steps must be > 0, got 0"),
+        (["--batch-size", "-1"], "--batch-size must be > 0, got -1"),
+        (["--repeats", "0"], "--repeats must be > 0, got 0"),
         (["--data", "imagenet"], "invalid choice: 'imagenet'"),
     ],
 )
 def test_case_study_rejects_bad_flags_naming_them(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
-        resnet18_cifar10.parse_study_args(argv)
+        case_study.parse_study_args(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
 
 
-def test_auto_num_workers_is_one_per_usable_core_up_to_the_cap():
-    expected = min(resnet18_cifar10.MAX_AUTO_WORKERS, len(os.sched_getaffinity(0)))
-    assert auto_num_workers() == expected
+def test_batch_augmentation_is_a_padded_crop_and_flip_of_each_image():
+    images = torch.randint(0, 256, (6, 3, 8, 8), dtype=torch.uint8)
+    mean, std = torch.tensor([0.5, 0.4, 0.3]), torch.tensor([0.2, 0.25, 0.3])
+    out = augment_batch(images, mean, std, padding=2, generator=torch.Generator().manual_seed(1))
+
+    assert out.shape == images.shape and out.dtype == torch.float32
+    pixels = (out * std.view(1, 3, 1, 1) + mean.view(1, 3, 1, 1)) * 255
+    padded = torch.nn.functional.pad(images, (2, 2, 2, 2)).float()
+    for image, got in zip(padded, pixels, strict=True):
+        windows = [image[:, y : y + 8, x : x + 8] for y in range(5) for x in range(5)]
+        candidates = windows + [w.flip(2) for w in windows]
+        assert any(torch.allclose(got, c, atol=1e-3) for c in candidates)
+    assert torch.allclose(normalize_batch(images, mean, std)[:, 0], (images[:, 0] / 255 - 0.5) / 0.2)
+    with pytest.raises(ValueError, match="expected a uint8 batch"):
+        augment_batch(images.float(), mean, std)
+
+
+def test_batched_setup_trains_with_uint8_batches_augmented_on_the_module(tmp_path):
+    dm = CIFAR10DataModule(batch_size=4, num_samples=16, batched_transforms=True)
+    dm.setup("fit")
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.dtype == torch.uint8 and images.shape == (4, 3, 32, 32) and labels.dtype == torch.int64
+    model = ResNet18Classifier(batched_transforms=True)
+    normalized, _ = model.eval().on_after_batch_transfer((images, labels), 0)
+    assert normalized.dtype == torch.float32 and float(normalized.min()) < 0
+    with pytest.raises(ValueError, match="expects uint8 images"):
+        model.on_after_batch_transfer((normalized, labels), 0)
+
+    trainer = L.Trainer(
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        limit_val_batches=1,
+    )
+    trainer.fit(model, datamodule=dm)
+    assert trainer.global_step == 3 and torch.isfinite(trainer.callback_metrics["train_loss"])
 
 
 def test_resnet_stems_give_ten_logits_for_cifar_shaped_images():

@@ -11,7 +11,7 @@ from Lightning or torch.
 
 from __future__ import annotations
 
-from lightning_perf.analysis import rules_device, rules_input, rules_run
+from lightning_perf.analysis import rules_device, rules_input, rules_pipeline, rules_run
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.summary import Finding, RunSummary
@@ -26,6 +26,7 @@ from lightning_perf.analysis.thresholds import (
 # Rule order within one severity is the order findings are shown in.
 RULES = (
     rules_input.input_bound,
+    rules_pipeline.batched_transforms,
     rules_input.pin_memory,
     rules_input.persistent_workers,
     rules_input.prefetch_factor,

@@ -28,6 +28,13 @@ STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_GAP_MS = 2.0
 # Safety margin when estimating num_workers from the measured wait (the probe uses the same margin).
 WORKERS_MARGIN = 1.2
+# More workers "gain" only when the num_workers probe measured a delivery rate this many times the rate of
+# the run's own setting: the same margin the probe asks of a candidate before it says it keeps up.
+PROBE_GAIN_MIN = WORKERS_MARGIN
+# The training process plus its workers using this share of the usable cores leaves no room for more
+# workers. Our choice: a fifth of the cores is under one core on machines of up to 4 cores, too little for a
+# worker to run beside the model without taking its time (the 2-core case study measured 86%).
+CORES_BUSY_SHARE = 0.8
 
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 VERDICTS = ("highly input-bound", "moderately input-bound", "not input-bound")
@@ -46,4 +53,7 @@ SETTING_TARGETS = {
     "val_check_interval": "Trainer",
     "limit_val_batches": "Trainer",
     "every_n_epochs": "ModelCheckpoint",
+    # a named recipe, not an argument: keep samples as uint8 tensors and augment whole batches on the device
+    # in `on_after_batch_transfer` (see rules_pipeline.batched_transforms)
+    "batched_transforms": "LightningModule",
 }

@@ -1,0 +1,195 @@
+"""The checks of ``gpu_check.py`` about what PerfCallback leaves behind: the A/B's restored state, the memory
+timeline, trace cost and cap, and the case study on the GPU."""
+
+from __future__ import annotations
+
+import copy
+import glob
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from gpu_check_fits import NO_GPU, CheckResult, Context, _traces, cached_fit, fit, result, skipped
+
+from lightning_perf.traces.reader import iter_events, rewrite_trace
+
+
+class Snapshot(L.Callback):
+    """The training state after the last step, before PerfCallback's end-of-run A/B (listed before it)."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] | None = None
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step >= trainer.max_steps:
+            optimizer = trainer.optimizers[0]
+            self.state = {
+                "benchmark": torch.backends.cudnn.benchmark,
+                "grads": [
+                    None if p.grad is None else p.grad.detach().clone() for p in pl_module.parameters()
+                ],
+                "buffers": [b.detach().clone() for b in pl_module.buffers()],
+                "optimizer": copy.deepcopy(optimizer.state_dict()),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(),
+            }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a.cpu(), b.cpu())
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def check_cudnn_ab_restores(ctx: Context) -> CheckResult:
+    name = "cudnn.benchmark A/B restores state"
+    if not ctx.gpu:
+        return skipped(name, NO_GPU)
+    parts, figures = [], {}
+    ok = True
+    for precision in ("32-true", "bf16-mixed"):
+        snap = Snapshot()
+        torch.cuda.reset_peak_memory_stats()
+        summary, _, trainer = fit(
+            ctx, f"ab_{precision}", precision, callbacks=[snap], perf={"enable_profiler": False}
+        )
+        model, optimizer = trainer.lightning_module, trainer.optimizers[0]
+        after = {
+            "benchmark": torch.backends.cudnn.benchmark,
+            "grads": [None if p.grad is None else p.grad.detach() for p in model.parameters()],
+            "buffers": list(model.buffers()),
+            "optimizer": optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(),
+        }
+        probe = (summary.probes.get("cudnn_benchmark") if summary else None) or {}
+        if not probe.get("applies"):
+            parts.append(f"{precision}: A/B did not run ({probe.get('reason', 'no probe result')})")
+            ok = False
+            continue
+        changed = [k for k in after if snap.state is None or not _same(snap.state[k], after[k])]
+        ok = ok and not changed
+        peak = probe.get("peak_mem_bytes")
+        memory = (
+            f"A/B peak {peak / 1e6:.0f} MB vs training {torch.cuda.max_memory_allocated() / 1e6:.0f} MB"
+            if isinstance(peak, (int, float))
+            else "peak memory skipped: the A/B records no peak_mem_bytes in this version"
+        )
+        parts.append(
+            f"{precision}: changed {changed or 'nothing'}, speed-up {probe.get('speedup')}, {memory}"
+        )
+        figures[precision] = {"changed": changed, "speedup": probe.get("speedup"), "peak_mem_bytes": peak}
+    return result(name, ok, "; ".join(parts), **figures)
+
+
+def check_memory_timeline(ctx: Context) -> CheckResult:
+    name = "memory timeline"
+    perf = {"profile_memory": True, "record_shapes": True, "with_stack": True, "repeat": 1}
+    summary, run_dir, _ = fit(ctx, "memory", "32-true", perf=perf)
+    pages = glob.glob(os.path.join(run_dir, "*.memory.html"))
+    device = f"cuda:{torch.cuda.current_device()}" if ctx.gpu else "cpu"
+    if not pages:
+        return result(name, False, f"no *.memory.html in the run (expected one for {device})")
+    size = os.path.getsize(pages[0])
+    return result(name, size > 0, f"{os.path.basename(pages[0])}: {size / 1e3:.0f} kB for {device}")
+
+
+def check_trace_cost(ctx: Context) -> CheckResult:
+    name = "trace cost and cap"
+    summary, run_dir = cached_fit(ctx, "fit_32", "32-true")
+    recorded = sum(len(t.steps) for t in summary.traces)
+    written = sum(t.bytes for t in summary.traces)
+    path = _traces(run_dir)[0]
+    started = time.perf_counter()
+    events = sum(1 for _ in iter_events(path))
+    parse_s = time.perf_counter() - started
+    started = time.perf_counter()
+    rewrite_trace(path, os.path.join(ctx.work, "rewritten.pt.trace.json.gz"), global_rank=0, world_size=1)
+    rewrite_s = time.perf_counter() - started
+    step = summary.timing.step_time_ms
+    stall = f"slowest step {step.max:.1f} ms vs median {step.median:.1f} ms" if step else "no step times"
+    # the cap: one cycle's worth of MB, profiling every cycle (repeat=0): later cycles must be skipped
+    cap_mb = max(t.bytes for t in summary.traces) / 1e6 * 1.5
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        capped, _, _ = fit(ctx, "capped", "32-true", perf={"repeat": 0, "max_trace_mb": cap_mb})
+    capped_bytes = sum(t.bytes for t in capped.traces) if capped else 0
+    warned = any("max_trace_mb" in str(w.message) for w in caught)
+    ok = capped is not None and capped_bytes <= cap_mb * 1e6 and warned and recorded > 0
+    detail = (
+        f"{written / max(recorded, 1) / 1e3:.0f} kB per recorded step; parse {parse_s * 1000:.0f} ms and "
+        f"rewrite {rewrite_s * 1000:.0f} ms for {events} events; {stall}; cap {cap_mb:.2f} MB with repeat=0: "
+        f"{capped_bytes / 1e6:.2f} MB in {len(capped.traces) if capped else 0} traces, "
+        f"{'warned' if warned else 'no warning'}"
+    )
+    return result(name, ok, detail, kb_per_step=written / max(recorded, 1) / 1e3, parse_s=parse_s)
+
+
+def check_case_study(ctx: Context) -> CheckResult:
+    name = "case study on the GPU"
+    if not ctx.gpu:
+        return skipped(name, NO_GPU + "; tests/test_examples.py runs it on the CPU")
+    try:
+        from examples import case_study
+    except ImportError as err:
+        return skipped(name, f"the example cannot be imported ({err}); torchvision is in the examples extra")
+    args = case_study.parse_study_args(
+        [
+            "--accelerator",
+            "gpu",
+            "--steps",
+            "150",
+            "--repeats",
+            "3",
+            "--log-dir",
+            os.path.join(ctx.work, "study"),
+        ]
+    )
+    _, plan = case_study.diagnose_and_plan(args)
+    if not plan.applied:
+        return result(name, False, "the diagnosis asked for no change the example applies")
+    trial = case_study.measure(args, plan)
+    change = case_study.after_change(trial)
+    if change is None:
+        return skipped(name, "run_trial gives no comparison.changes (the repeated measurement of issue 16)")
+    rows = {}
+    for variant in trial.succeeded:
+        s = variant.summary
+        gpu = s.utilization.gpu if s else None
+        kind = "after" if variant.name.startswith("after") else "before"
+        rows.setdefault(kind, []).append(
+            (variant.median_step_ms, gpu.kernel_busy_pct if gpu else None, gpu.util_pct if gpu else None)
+        )
+    text = []
+    for kind, values in rows.items():
+        med = [
+            statistics.median(v[i] for v in values if v[i] is not None)
+            if any(v[i] is not None for v in values)
+            else None
+            for i in range(3)
+        ]
+        text.append(f"{kind}: step {med[0]} ms, kernel-busy {med[1]} %, NVML {med[2]} %")
+    applied = ", ".join(f"{d.key}={d.value!r}" for d in plan.applied)
+    detail = f"applied {applied}; " + "; ".join(text) + "; " + case_study.verdict_line(change)
+    return result(
+        name, change.verdict == "faster", detail, ratio=change.ratio, low=change.low, high=change.high
+    )
+
+
+STATE_CHECKS: list[Callable[[Context], CheckResult]] = [
+    check_cudnn_ab_restores,
+    check_memory_timeline,
+    check_trace_cost,
+    check_case_study,
+]
