@@ -22,7 +22,7 @@ from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rule_helpers import change_text
 from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import VERDICTS
+from lightning_perf.analysis.thresholds import SETTING_TARGETS, VERDICTS
 
 
 def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:
@@ -69,7 +69,9 @@ def render_console(findings: Sequence[Finding], max_lines: int = 5) -> str:
         table.add_column(column, overflow="fold")
     for f in actionable[:max_lines]:
         change = change_text(f.settings_change)
-        table.add_row(f.severity, f.title, f"set {change}" if change else f.recommendation)
+        # a recipe (code to write, e.g. batched transforms) is no setting to "set": say what to do
+        recipe = any(SETTING_TARGETS.get(key) == "LightningModule" for key in f.settings_change)
+        table.add_row(f.severity, f.title, f"set {change}" if change and not recipe else f.recommendation)
     if len(actionable) > max_lines:
         table.caption = f"{len(actionable) - max_lines} more in perf_summary.json and TensorBoard's Text tab"
     return head + "\n" + _plain_text(table)
