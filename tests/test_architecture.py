@@ -12,7 +12,18 @@ import lightning_perf
 PACKAGE = Path(lightning_perf.__file__).parent
 # Stages from the top (commands) to the bottom (pure analysis): a module may import only its own stage or
 # stages below it.
-LAYERS = ["cli", "trial", "callback", "output", "probes", "collect", "traces", "analysis", "errors"]
+LAYERS = [
+    "cli",
+    "trial",
+    "callback",
+    "output",
+    "probes",
+    "collect",
+    "traces",
+    "analysis",
+    "atomic_file",
+    "errors",
+]
 MAX_MODULE_LINES = 420
 
 

@@ -77,8 +77,10 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
         return None
     ts = event.get("ts")
     dur = event.get("dur", 0)
-    if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-        raise ValueError(f"event {event.get('name')!r} has a non-numeric ts or dur: {ts!r}, {dur!r}")
+    if not _is_time(ts) or not _is_time(dur) or dur < 0 or not math.isfinite(ts + dur):
+        raise ValueError(
+            f"event {event.get('name')!r} has no finite ts or no finite dur >= 0: ts={ts!r}, dur={dur!r}"
+        )
     args = event.get("args")
     external_id = correlation = None
     if isinstance(args, dict):
@@ -96,6 +98,10 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
     )
 
 
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass
 class ParsedTrace:
     """What :func:`load_trace` keeps of one trace file."""
@@ -105,6 +111,9 @@ class ParsedTrace:
     # complete events but python_function ones (no analysis reads them; they are most of a with_stack trace)
     spans: list[Span]
     event_count: int
+    # complete events left out because their ts/dur are missing, negative or not finite, and the first reason
+    skipped_events: int = 0
+    skip_reason: str | None = None
 
     @property
     def rank(self) -> int | None:
@@ -114,9 +123,11 @@ class ParsedTrace:
 
 
 def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
-    """Stream one trace file into a :class:`ParsedTrace`. :class:`TraceError` naming the file on bad input."""
+    """Stream one trace file into a :class:`ParsedTrace`. :class:`TraceError` naming the file on bad JSON;
+    events with impossible times are skipped and counted (``skipped_events``), never turned into inf/nan."""
     spans: list[Span] = []
-    count = 0
+    count = skipped = 0
+    reason = None
     with TraceReader(path) as reader:
         for event in reader.events():
             count += 1
@@ -125,10 +136,12 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
             try:
                 span = span_of(event)
             except ValueError as err:
-                raise TraceError(f"{reader.path}: traceEvents[{count - 1}]: {err}") from None
+                skipped += 1
+                reason = reason or f"traceEvents[{count - 1}]: {err}"
+                continue
             if span is not None:
                 spans.append(span)
-        return ParsedTrace(reader.path, reader.metadata, spans, count)
+        return ParsedTrace(reader.path, reader.metadata, spans, count, skipped, reason)
 
 
 def _as_spans(events: Iterable[Mapping[str, Any] | Span]) -> Iterator[Span]:

@@ -6,16 +6,19 @@ Runtime, Other; see :func:`lightning_perf.traces.analysis.step_breakdown`) and t
 operators by self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings
 of ``perf_summary.json`` when there is one. ``--format json`` is machine-readable with stable keys.
 
-Exit codes: 0 ok; 2 for a missing RUN_DIR, a RUN_DIR with neither traces nor summary, or corrupt input.
+Unreadable files (a cut trace, a corrupt summary) are listed with their error under ``unreadable`` and the
+readable ones reported. Exit codes: 0 ok; 1 some files unreadable; 2 for a missing RUN_DIR, a RUN_DIR with
+neither traces nor summary, or nothing readable in it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.traces.analysis import (
     CATEGORIES,
@@ -27,6 +30,7 @@ from lightning_perf.traces.analysis import (
     load_trace,
     step_breakdown,
 )
+from lightning_perf.traces.reader import TraceError
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 DEFAULT_TOP = 10
@@ -52,14 +56,28 @@ def build_report(run_dir: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
     if not os.path.isdir(run_dir):
         raise ReportError(f"{run_dir}: no such directory")
     notes: list[str] = []
+    unreadable: list[dict[str, str]] = []
     summary_path = os.path.join(run_dir, SUMMARY_FILENAME)
-    summary = RunSummary.load(summary_path) if os.path.exists(summary_path) else None
+    summary = None
+    if os.path.exists(summary_path):
+        try:
+            summary = RunSummary.load(summary_path)
+        except SummaryError as err:
+            unreadable.append({"file": SUMMARY_FILENAME, "error": str(err)})
     traces = find_traces(run_dir)
-    if summary is None and not traces:
+    if not os.path.exists(summary_path) and not traces:
         raise ReportError(
             f"{run_dir}: no *.pt.trace.json[.gz] files and no {SUMMARY_FILENAME}: not a run dir?"
         )
-    if summary is None:
+    sections = []
+    for path in traces:
+        try:
+            sections.append(analyse_trace(path, top))
+        except (TraceError, OSError) as err:  # one bad trace does not hide the good ones
+            unreadable.append({"file": os.path.basename(path), "error": str(err)})
+    if summary is None and not sections:
+        raise ReportError(f"{run_dir}: nothing readable: " + "; ".join(u["error"] for u in unreadable))
+    if summary is None and not unreadable:
         notes.append(f"no {SUMMARY_FILENAME} in {run_dir}: reporting the traces alone (no findings)")
     if not traces:
         notes.append(f"no *.pt.trace.json[.gz] files in {run_dir}: reporting the summary alone")
@@ -69,7 +87,8 @@ def build_report(run_dir: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "run_dir": run_dir,
         "summary": _summary_section(summary, summary_path) if summary is not None else None,
         "notes": notes,
-        "traces": [analyse_trace(path, top) for path in traces],
+        "traces": sections,
+        "unreadable": unreadable,
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }
 
@@ -87,6 +106,8 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "rank": parsed.rank,
         "world_size": info.get("world_size") if isinstance(info, dict) else None,
         "events": parsed.event_count,
+        "skipped_events": parsed.skipped_events,
+        "skip_reason": parsed.skip_reason,
         "steps": [
             {
                 "step": s.step,
@@ -144,16 +165,17 @@ def _operator(stat: OperatorStat) -> dict[str, Any]:
     }
 
 
-def _ms(us: float) -> float:
-    return round(us / _US_PER_MS, 3)
+def _ms(us: float) -> float | None:
+    return _round(us / _US_PER_MS, 3)
 
 
 def _pct(part: float, whole: float) -> float | None:
-    return round(100.0 * part / whole, 1) if whole > 0 else None
+    return _round(100.0 * part / whole) if whole > 0 else None
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
+    # sums of absurd (finite) times can overflow: shown as "-" rather than inf or nan
+    return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -162,7 +184,11 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 def render_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _unreadable_lines(report: dict[str, Any]) -> list[str]:
+    return [f"Unreadable: {bad['file']}: {bad['error']}" for bad in report.get("unreadable", [])]
 
 
 def _short(name: str) -> str:
@@ -223,6 +249,11 @@ def _trace_notes(trace: dict[str, Any]) -> list[str]:
         )
     if not trace["steps"]:
         notes.append("no profiled steps in this trace")
+    if trace.get("skipped_events"):
+        notes.append(
+            f"{trace['skipped_events']} event(s) with a missing, negative or non-finite time left out "
+            f"(first: {trace['skip_reason']})"
+        )
     return notes
 
 
@@ -256,6 +287,7 @@ def render_text(report: dict[str, Any]) -> str:
     if report["summary"]:
         out.append(_summary_line(report["summary"]))
     out += [f"Note: {note}" for note in report["notes"]]
+    out += _unreadable_lines(report)
     for trace in report["traces"]:
         out += ["", _trace_title(trace)]
         out += [f"  Note: {note}" for note in _trace_notes(trace)]
@@ -300,6 +332,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["summary"]:
         out += [_md_cell(_summary_line(report["summary"])), ""]
     out += [f"> Note: {_md_cell(note)}" for note in report["notes"]]
+    out += [f"> {_md_cell(line)}" for line in _unreadable_lines(report)]
     for trace in report["traces"]:
         out += ["", f"## {_md_cell(_trace_title(trace))}", ""]
         out += [f"> Note: {_md_cell(note)}" for note in _trace_notes(trace)]
