@@ -29,7 +29,6 @@ from typing import Any, NamedTuple
 from lightning_perf.traces.reader import (
     DISTRIBUTED_INFO_KEY,
     USER_ANNOTATION_CAT,
-    TraceError,
     TraceReader,
     is_dataloader_span,
 )

@@ -356,9 +356,12 @@ def rewrite_trace(
     src, dst = os.fspath(src), os.fspath(dst)
     # the temporary name does not end like a trace: TensorBoard may be scanning the folder (open() gives the
     # file the umask's mode, as torch's own export does, so TensorBoard running as another user reads it)
-    with atomic_path(dst) as tmp:
-        with TraceReader(src) as reader, _open_output(tmp, gz=dst.endswith(".gz")) as out:
-            _write_rewritten(reader, out, global_rank, world_size, backend)
+    with (
+        atomic_path(dst) as tmp,
+        TraceReader(src) as reader,
+        _open_output(tmp, gz=dst.endswith(".gz")) as out,
+    ):
+        _write_rewritten(reader, out, global_rank, world_size, backend)
     return os.path.getsize(dst)
 
 

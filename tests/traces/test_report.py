@@ -166,7 +166,15 @@ def test_corrupt_summary_is_listed_beside_the_readable_traces(run_dir, capsys):
 
 def test_events_with_impossible_times_are_skipped_and_said(tmp_path, capsys):
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#3",
+            "ts": 0,
+            "dur": 100,
+            "pid": 1,
+            "tid": 1,
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 20, "pid": 1, "tid": 1},
         {"ph": "X", "cat": "cpu_op", "name": "no_dur", "ts": 10, "pid": 1, "tid": 1, "dur": None},
         {"ph": "X", "cat": "cpu_op", "name": "neg", "ts": 10, "dur": -5, "pid": 1, "tid": 1},
