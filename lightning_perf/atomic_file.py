@@ -81,3 +81,25 @@ def describe_os_error(err: BaseException) -> str:
 def is_persistent(err: BaseException) -> bool:
     """True for an OSError that later writes to the same place will meet again (full disk, read-only...)."""
     return isinstance(err, OSError) and err.errno in PERSISTENT_ERRNOS
+
+
+# Below this much free space a directory counts as full: a trace cycle writes megabytes.
+FULL_DISK_BYTES = 1 << 20
+
+
+def why_unwritable(directory: str) -> OSError | None:
+    """The error a write into ``directory`` meets, found without writing: for writers that fail without
+    saying why (Kineto logs "Failed to write" and returns). ``None`` when nothing is visibly wrong."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError as err:
+        return err
+    if stats.f_flag & os.ST_RDONLY:
+        code = errno.EROFS
+    elif not os.access(directory, os.W_OK):
+        code = errno.EACCES
+    elif stats.f_bavail * stats.f_frsize < FULL_DISK_BYTES:
+        code = errno.ENOSPC
+    else:
+        return None
+    return OSError(code, os.strerror(code), directory)
