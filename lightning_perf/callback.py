@@ -20,7 +20,13 @@ from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.rank_exchange import RankReducer
-from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
+from lightning_perf.collect.run_state import (
+    PerfSession,
+    first_tensor,
+    one_per_trainer,
+    open_session,
+    run_status,
+)
 from lightning_perf.collect.settings_fingerprint import model_has_conv
 from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers as tensorboard
@@ -168,6 +174,7 @@ class PerfCallback(Callback):
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."
             )
+        one_per_trainer(trainer.callbacks, self, PerfCallback)
         _ensure_log_handler()
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
         self._trace_dir = self._resolve_dir(trainer)
@@ -283,6 +290,7 @@ class PerfCallback(Callback):
         self._window_batches = windows.flush(trainer, session, sampled, reducer, self._log_every, self.config)
 
     def _start_sampler(self, trainer: Trainer) -> None:
+        self._stop_sampler()  # never two sampler threads, whatever called this twice
         try:
             from lightning_perf.collect.utilization import UtilSampler
 
@@ -356,7 +364,7 @@ class PerfCallback(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        status = "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed"
+        status = run_status(exception)
         if self._fit is not None:
             self._finish_fit(trainer, status)
         self._finish_eval(trainer, status)
@@ -407,14 +415,17 @@ class PerfCallback(Callback):
             log_dir=self._trace_dir,
             sampler=sampler,
             reducer=self._reducer if collective else None,
-            ab_input=self._ab_input,
             hp_placeholder=self._hp_placeholder,
         )
-        self._ab_input = None
+        ab_input, self._ab_input = self._ab_input, None
         if summary is not None:
             self.last_summary = summary
         if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
             rank_zero_info(message)
+        if summary is not None:  # after what was measured is written: an interrupt here loses only the probe
+            run_end.probe_and_update(
+                trainer, summary, self.config, log_dir=self._trace_dir, ab_input=ab_input
+            )
 
 
 def _ensure_log_handler() -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, GpuUtilization, RunSummary
+from lightning_perf.atomic_file import describe_os_error
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.schedule import ProfileSchedule
@@ -69,58 +70,77 @@ def build_summary(
     return summary
 
 
-def analyse(
-    trainer: Any,
-    summary: RunSummary,
-    *,
-    status: str,
-    ab_input: Any,
-    ab_cudnn_benchmark: bool,
-    probe_num_workers: str,
-    probe_budget_s: float,
-) -> None:
-    """The measured probes (a finished run only), then the diagnosis, into ``summary``."""
-    from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
+def run_probes(trainer: Any, summary: RunSummary, config: PerfConfig, ab_input: Any) -> bool:
+    """The measured probes of a finished fit, into ``summary.probes``; True when one ran.
 
-    if status == "finished":
-        if ab_cudnn_benchmark:
-            summary.probes["cudnn_benchmark"] = cudnn_benchmark_ab(
-                trainer.lightning_module, ab_input, trainer.strategy.root_device
-            )
-        verdict = input_bound_verdict(summary.timing.data_wait_pct)
-        wanted = probe_num_workers == "always" or (
-            probe_num_workers == "auto" and verdict in _PROBED_VERDICTS
+    Runs after the summary of what training measured is written, with one line saying so and what it may
+    cost: an interrupt here (Ctrl-C while waiting) loses nothing but the probe.
+    """
+    from lightning_perf.analysis.diagnosis import input_bound_verdict
+
+    ran = False
+    if config.ab_cudnn_benchmark:  # without a kept batch (CPU, no convolutions) it only says why not
+        if ab_input is not None:
+            rank_zero_info("lightning-perf: measuring cudnn.benchmark off and on (one batch, a few seconds)")
+        summary.probes["cudnn_benchmark"] = cudnn_benchmark_ab(
+            trainer.lightning_module, ab_input, trainer.strategy.root_device
         )
-        dataloader = train_dataloader(trainer)
-        if wanted and dataloader is not None:
-            from lightning_perf.probes.num_workers import probe_num_workers as probe
+        ran = True
+    verdict = input_bound_verdict(summary.timing.data_wait_pct)
+    mode = config.probe_num_workers
+    dataloader = train_dataloader(trainer)
+    if dataloader is not None and (mode == "always" or (mode == "auto" and verdict in _PROBED_VERDICTS)):
+        from lightning_perf.probes.num_workers import probe_num_workers as probe
 
-            compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
-            summary.probes["num_workers"] = dataclasses.asdict(
-                probe(dataloader, compute, budget_s=probe_budget_s)
-            )
-    summary.findings = diagnose(summary)
+        rank_zero_info(
+            f"lightning-perf: measuring DataLoader num_workers (up to {config.probe_budget_s:g} s; "
+            f"{SUMMARY_FILENAME} is written, Ctrl-C skips this)"
+        )
+        compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
+        summary.probes["num_workers"] = dataclasses.asdict(
+            probe(dataloader, compute, budget_s=config.probe_budget_s)
+        )
+        ran = True
+    return ran
 
 
 def write(
     trainer: Any, summary: RunSummary, *, log_dir: str | None, log_hparams: bool, hp_placeholder: bool
 ) -> None:
-    """perf_summary.json, and for a fit: the diagnosis (Text tab, console), the probe chart, HParams."""
-    if log_dir:
-        name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
-        summary.save(os.path.join(log_dir, name))
+    """perf_summary.json, and for a fit: the diagnosis (Text tab, console), HParams. Never raises."""
+    _save(summary, log_dir)
     if summary.stage != "fit":
         return
+    _show_findings(trainer, summary)
+    if log_hparams:
+        _safely("write the HParams", lambda: tensorboard.write_hparams(trainer, summary, hp_placeholder))
+
+
+def _save(summary: RunSummary, log_dir: str | None) -> None:
+    if log_dir:
+        name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
+        path = os.path.join(log_dir, name)
+        _safely(f"write {path}", lambda: summary.save(path))
+
+
+def _show_findings(trainer: Any, summary: RunSummary) -> None:
     if summary.findings:
         from lightning_perf.analysis.findings_render import render_console, render_markdown
 
         markdown = render_markdown(summary.findings, summary)
-        tensorboard.add_text(trainer, "perf/diagnosis", markdown, trainer.global_step)
+        _safely(
+            "log the diagnosis",
+            lambda: tensorboard.add_text(trainer, "perf/diagnosis", markdown, trainer.global_step),
+        )
         rank_zero_info(render_console(summary.findings))
-    if "num_workers" in summary.probes:
-        tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
-    if log_hparams:
-        tensorboard.write_hparams(trainer, summary, hp_placeholder)
+
+
+def _safely(what: str, job: Any) -> None:
+    try:
+        job()
+    except Exception as err:  # the run's own outcome wins; one warning names what was lost and why
+        reason = describe_os_error(err) if isinstance(err, OSError) else err
+        warnings.warn(f"lightning-perf: could not {what}: {reason}", stacklevel=3)
 
 
 def short_run_message(schedule: ProfileSchedule, session: PerfSession) -> str | None:
@@ -147,12 +167,12 @@ def complete(
     log_dir: str | None,
     sampler: Any,
     reducer: RankReducer | None,
-    ab_input: Any,
     hp_placeholder: bool,
 ) -> RunSummary | None:
-    """Summarise, diagnose and write one finished run. Never raises: the run's own outcome wins.
+    """Summarise, diagnose and write what one run measured. Never raises: the run's own outcome wins.
 
     ``reducer`` is given only when every rank gets here the same way (a rank that raised calls no collective).
+    The probes come after, in :func:`probe_and_update`, so that nothing measured waits on them.
     """
     try:
         summary = build_summary(
@@ -166,28 +186,47 @@ def complete(
         )
         if reducer is not None and reducer.distributed:
             summary.ranks = rank_table(reducer, summary)
-        if session.stage == "fit" and trainer.is_global_zero and config.diagnose:
-            analyse(
-                trainer,
-                summary,
-                status=status,
-                ab_input=ab_input,
-                ab_cudnn_benchmark=config.ab_cudnn_benchmark,
-                probe_num_workers=config.probe_num_workers,
-                probe_budget_s=config.probe_budget_s,
-            )
+        if _diagnosed(trainer, summary, config):
+            from lightning_perf.analysis.diagnosis import diagnose
+
+            summary.findings = diagnose(summary)
     except Exception as err:
         warnings.warn(f"lightning-perf: could not complete the run summary: {err}", stacklevel=2)
         return None
     if trainer.is_global_zero:
-        try:
-            write(
-                trainer,
-                summary,
-                log_dir=log_dir,
-                log_hparams=config.log_hparams,
-                hp_placeholder=hp_placeholder,
-            )
-        except Exception as err:
-            warnings.warn(f"lightning-perf: could not write the run summary: {err}", stacklevel=2)
+        write(
+            trainer, summary, log_dir=log_dir, log_hparams=config.log_hparams, hp_placeholder=hp_placeholder
+        )
     return summary
+
+
+def probe_and_update(
+    trainer: Trainer, summary: RunSummary, config: PerfConfig, *, log_dir: str | None, ab_input: Any
+) -> None:
+    """After a finished fit's summary is written: the probes, then the summary and diagnosis updated
+    (atomically). ``KeyboardInterrupt`` propagates and leaves the first summary as it was; errors warn."""
+    if summary.status != "finished" or not _diagnosed(trainer, summary, config):
+        return
+    from lightning_perf.analysis.diagnosis import diagnose
+
+    try:
+        if not run_probes(trainer, summary, config, ab_input):
+            return
+        findings = diagnose(summary)
+    except KeyboardInterrupt:
+        rank_zero_info(f"lightning-perf: probes interrupted; {SUMMARY_FILENAME} keeps what training measured")
+        raise
+    except Exception as err:
+        warnings.warn(f"lightning-perf: a measured probe failed: {err}", stacklevel=2)
+        return
+    changed = findings != summary.findings
+    summary.findings = findings
+    _save(summary, log_dir)
+    if "num_workers" in summary.probes:
+        tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
+    if changed:
+        _show_findings(trainer, summary)
+
+
+def _diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
+    return summary.stage == "fit" and trainer.is_global_zero and config.diagnose
