@@ -345,7 +345,15 @@ class ProfilerWindow:
             try:
                 job()
             except Exception as err:
-                warnings.warn(f"lightning-perf: {label} export failed: {err}", stacklevel=3)
+                persistent = is_persistent(
+                    err
+                )  # a full or read-only disk: later writes would only fail again
+                reason = describe_os_error(err) if isinstance(err, OSError) else err
+                later = " Later profiling cycles are skipped." if persistent else ""
+                warnings.warn(f"lightning-perf: {label} export failed: {reason}.{later}", stacklevel=3)
+                if persistent:
+                    self._stop_cycles()
+                    return
 
 
 def _align_step(prof: torch.profiler.profile, step: int, action: ProfilerAction) -> None:

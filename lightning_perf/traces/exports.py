@@ -55,7 +55,8 @@ def export_collapsed_stacks(prof: Any, base_path: str) -> list[str]:
     whole microseconds) of self CPU time to ``<base_path>.cpu.stacks.txt`` and, when device time was recorded,
     of self device time to ``<base_path>.<device>.stacks.txt`` (e.g. ``.cuda.``). Feed them to flamegraph.pl
     or speedscope. Returns the paths written: [] when the profiler ran without ``with_stack``, or recorded no
-    stacks (it needs ``experimental_config=stacks_experimental_config()``), or a write failed (a warning)."""
+    stacks (it needs ``experimental_config=stacks_experimental_config()``). OSError when a write fails (no
+    partial file is left)."""
     if not getattr(prof, "with_stack", False):
         return []
     try:
@@ -90,14 +91,8 @@ def export_collapsed_stacks(prof: Any, base_path: str) -> list[str]:
         if not lines:
             continue
         path = f"{base_path}.{suffix}.stacks.txt"
-        try:
-            with atomic_open(path) as fh:
-                fh.write("\n".join(lines) + "\n")
-        except OSError as err:
-            log.warning(
-                "lightning-perf: could not write collapsed stacks to %s: %s", path, describe_os_error(err)
-            )
-            continue
+        with atomic_open(path) as fh:
+            fh.write("\n".join(lines) + "\n")
         written.append(path)
     return written
 
