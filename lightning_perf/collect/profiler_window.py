@@ -121,7 +121,7 @@ class ProfilerWindow:
             self._abandon(f"torch profiler failed at batch {step}: {err}")
             return
         action = self.schedule.action(step)
-        if action is ProfilerAction.NONE:
+        if action is ProfilerAction.NONE or self._no_more_cycles:  # cycles end early: cap, full disk
             self._stop_profiler()
             self._next_start = self._next_cycle(step)
         elif action in _RECORDING:
