@@ -23,6 +23,8 @@ SAMPLER_THREAD = "lightning_perf-util-sampler"
 CYCLE = dict(skip_first=1, wait=1, warmup=1, active=2, repeat=1)
 QUIET = dict(diagnose=False, log_hparams=False)
 BATCHES = 8
+# the first batch of an epoch is timed apart (iterator creation, worker start-up), not as a step
+TIMED_STEPS = BATCHES - 1
 
 
 def files_under(directory: str) -> Iterator[str]:
