@@ -116,10 +116,12 @@ def write(
         _safely("write the HParams", lambda: tensorboard.write_hparams(trainer, summary, hp_placeholder))
 
 
-def _save(summary: RunSummary, log_dir: str | None) -> None:
+def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> None:
     if log_dir:
         name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
         path = os.path.join(log_dir, name)
+        if update and not os.path.exists(path):
+            return  # the first write failed and warned: the disk said no once, not twice
         _safely(f"write {path}", lambda: summary.save(path))
 
 
@@ -221,7 +223,7 @@ def probe_and_update(
         return
     changed = findings != summary.findings
     summary.findings = findings
-    _save(summary, log_dir)
+    _save(summary, log_dir, update=True)
     if "num_workers" in summary.probes:
         tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
     if changed:
