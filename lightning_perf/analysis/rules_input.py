@@ -41,7 +41,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             evidence=evidence + f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line).",
             recommendation="The DataLoader keeps up; look at compute, not the input pipeline.",
         )
-    if timing.steps < MIN_STEPS_FOR_INPUT_VERDICT:
+    if timing.steps < MIN_STEPS_FOR_INPUT_VERDICT and "num_workers" not in summary.probes:  # a probe measured
         return Finding(
             id="input_bound",
             severity="low",
