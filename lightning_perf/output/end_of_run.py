@@ -127,14 +127,16 @@ def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> Non
 
 def _show_findings(trainer: Any, summary: RunSummary) -> None:
     if summary.findings:
-        from lightning_perf.analysis.findings_render import render_console, render_markdown
+        _safely("show the diagnosis", lambda: _render_findings(trainer, summary))
 
-        markdown = render_markdown(summary.findings, summary)
-        _safely(
-            "log the diagnosis",
-            lambda: tensorboard.add_text(trainer, "perf/diagnosis", markdown, trainer.global_step),
-        )
-        rank_zero_info(render_console(summary.findings))
+
+def _render_findings(trainer: Any, summary: RunSummary) -> None:
+    from lightning_perf.analysis.findings_render import render_console, render_markdown
+
+    tensorboard.add_text(
+        trainer, "perf/diagnosis", render_markdown(summary.findings, summary), trainer.global_step
+    )
+    rank_zero_info(render_console(summary.findings))
 
 
 def _safely(what: str, job: Any) -> None:

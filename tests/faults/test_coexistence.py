@@ -139,3 +139,25 @@ def test_ctrl_c_during_the_num_workers_probe_keeps_the_summary_and_ends_the_work
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"probe workers left running: {alive}"
     check_all(fit_trainer.log_dir, callback)
+
+
+def test_the_summary_is_written_before_the_probes_which_say_so_and_update_it(tmp_path, monkeypatch, caplog):
+    from lightning_perf.probes import num_workers
+
+    real_probe = num_workers.probe_num_workers
+    on_disk_before: list[RunSummary] = []
+
+    def probe_after_the_summary(dataloader, compute, budget_s):
+        on_disk_before.append(RunSummary.load(os.path.join(fit_trainer.log_dir, SUMMARY_FILENAME)))
+        return real_probe(dataloader, compute, budget_s=budget_s, max_workers=0)
+
+    monkeypatch.setattr(num_workers, "probe_num_workers", probe_after_the_summary)
+    callback = PerfCallback(**CYCLE, probe_num_workers="always", probe_budget_s=1, log_hparams=False)
+    fit_trainer = trainer(tmp_path, [callback], limit_train_batches=BATCHES)
+    with caplog.at_level("INFO"):
+        fit_trainer.fit(TinyModel(), loader())
+    (before,) = on_disk_before
+    assert before.timing.steps == TIMED_STEPS and before.findings and "num_workers" not in before.probes
+    assert "measuring DataLoader num_workers (up to 1 s" in caplog.text
+    after = check_all(fit_trainer.log_dir, callback)
+    assert after.probes["num_workers"]["candidates"] and after.timing == before.timing
