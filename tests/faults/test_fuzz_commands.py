@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from lightning_perf import cli
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Distribution, RunSummary, TimingSummary
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomize: the same 60 files on every run, so that CI cannot flake (a new seed is a local exploration)
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 hostile_numbers = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
@@ -106,6 +112,14 @@ def _set_path(data: dict, path: list[str], value) -> None:
     data[path[-1]] = value
 
 
+def _numbers(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _numbers(item)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield value
+
+
 field_paths = st.sampled_from([
     ["timing", "steps"], ["timing", "step_time_ms", "median"], ["timing", "step_time_ms", "mean"],
     ["timing", "data_wait_pct"], ["timing", "samples_per_sec"], ["timing"], ["utilization", "cpu"],
@@ -140,7 +154,7 @@ def test_compare_on_hostile_summaries(capsys, edits, damage, fmt):
     out, err = capsys.readouterr()
     assert code in (0, 1, 2) and "Traceback" not in err
     hostile = any(
-        isinstance(v, float) and (not math.isfinite(v) or v < 0) and p[0] == "timing" for p, v in edits
+        isinstance(v, float) and (not math.isfinite(v) or v < 0) for v in _numbers(data.get("timing"))
     )
     if hostile and damage == "none":
         assert code == 2 and "corrupt run summary" in err  # a NaN, infinite or negative time is corrupt
