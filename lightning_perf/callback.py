@@ -18,15 +18,10 @@ from typing_extensions import override
 
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
+from lightning_perf.collect import run_state
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.rank_exchange import RankReducer
-from lightning_perf.collect.run_state import (
-    PerfSession,
-    first_tensor,
-    one_per_trainer,
-    open_session,
-    run_status,
-)
+from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
 from lightning_perf.collect.settings_fingerprint import model_has_conv
 from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers as tensorboard
@@ -174,7 +169,7 @@ class PerfCallback(Callback):
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."
             )
-        one_per_trainer(trainer.callbacks, self, PerfCallback)
+        run_state.one_per_trainer(trainer.callbacks, self, PerfCallback)
         _ensure_log_handler()
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
         self._trace_dir = self._resolve_dir(trainer)
@@ -364,7 +359,7 @@ class PerfCallback(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        status = run_status(exception)
+        status = run_state.run_status(exception)
         if self._fit is not None:
             self._finish_fit(trainer, status)
         self._finish_eval(trainer, status)
