@@ -16,6 +16,7 @@ from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
+from lightning_perf.collect import run_state
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
@@ -164,6 +165,7 @@ class PerfCallback(Callback):
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."
             )
+        run_state.one_per_trainer(trainer.callbacks, self, PerfCallback)
         if self.config.enable_profiler:  # before the first torch profiler of the process starts
             console.quiet_kineto(torch.cuda.is_available())
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
@@ -268,6 +270,7 @@ class PerfCallback(Callback):
         self._window_batches = windows.flush(trainer, session, sampled, reducer, self._log_every, self.config)
 
     def _start_sampler(self, trainer: Trainer) -> None:
+        self._stop_sampler()  # never two sampler threads, whatever called this twice
         try:
             from lightning_perf.collect.utilization import UtilSampler
 
@@ -342,7 +345,7 @@ class PerfCallback(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        status = "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed"
+        status = run_state.run_status(exception)
         if self._fit is not None:
             self._finish_fit(trainer, status)
         self._finish_eval(trainer, status)
@@ -401,3 +404,5 @@ class PerfCallback(Callback):
             self.last_summary = summary
         if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
             log.info(message)
+        if summary is not None:  # after what was measured is written: an interrupt here loses only the probe
+            run_end.probe_and_update(trainer, summary, self.config, log_dir=self._trace_dir)

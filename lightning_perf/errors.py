@@ -7,3 +7,8 @@
 
 class LightningPerfError(Exception):
     """Base of lightning-perf's own errors; the message names the argument, file or device concerned."""
+
+
+class ConfigError(LightningPerfError, ValueError):
+    """An argument is invalid; raised at construction, before any training step. Names the argument, the
+    value and what is allowed."""

@@ -22,6 +22,7 @@ LAYERS = [
     "traces",
     "analysis",
     "console",
+    "atomic_file",
     "errors",
 ]
 MAX_MODULE_LINES = 420

@@ -23,6 +23,11 @@ from lightning_perf.analysis.thresholds import (
     WORKER_SATURATED_PCT,
 )
 
+# Fewer timed steps than this make an input-bound verdict a guess: worker start-up and the first prefetch
+# burst (torch's DataLoader keeps prefetch_factor=2 batches per worker in flight) fill the first batches'
+# wait; 20 steps are 10 such windows of 2, so start-up is at most a tenth of the share.
+MIN_STEPS_FOR_INPUT_VERDICT = 20
+
 
 def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     if verdict is None:
@@ -39,6 +44,16 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             title="Training is not input-bound",
             evidence=evidence + f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line).",
             recommendation="The DataLoader keeps up; look at compute, not the input pipeline.",
+        )
+    timing = summary.timing
+    if timing.steps < MIN_STEPS_FOR_INPUT_VERDICT and "num_workers" not in summary.probes:  # a probe measured
+        return Finding(
+            id="input_bound",
+            severity="low",
+            title=f"Training may be {verdict} (a short run)",
+            evidence=evidence + f"; only {timing.steps} steps were timed, so start-up weighs on the share.",
+            recommendation=f"Measure at least {MIN_STEPS_FOR_INPUT_VERDICT} steps before changing the input "
+            "pipeline: a short run cannot tell a slow DataLoader from its start-up.",
         )
     severity = "high" if verdict == VERDICTS[0] else "medium"
     workers, why = suggest_workers(summary)

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import statistics
-import tempfile
 import types
 import typing
 from collections.abc import Sequence
@@ -20,11 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_perf.analysis.trace_figures import TraceFigures
+from lightning_perf.atomic_file import atomic_open
 from lightning_perf.errors import LightningPerfError
 
 SUMMARY_FILENAME = "perf_summary.json"
 SCHEMA_NAME = "lightning-perf/run-summary"
 SCHEMA_VERSION = 1
+# A summary is a few KiB (tens with probes and many ranks); a file this large is not one, and is not read whole.
+MAX_SUMMARY_BYTES = 16 << 20
+# The deepest a summary nests is ~5 (probes.num_workers.candidates[i].error); 32 leaves room for free-form probes.
+MAX_SUMMARY_DEPTH = 32
+# The parts holding measured figures: none of their numbers can be negative, infinite or NaN.
+_MEASURED_SECTIONS = ("timing", "utilization", "ranks")
 
 
 class SummaryError(LightningPerfError, ValueError):
@@ -257,33 +263,56 @@ class RunSummary:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically, so a crash mid-write never leaves a truncated summary behind."""
         path = os.fspath(path)
-        directory = os.path.dirname(path) or "."
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".perf_summary.", suffix=".tmp", dir=directory)
-        try:
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; the summary is as readable as the logs beside it
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.to_dict(), fh, indent=2, allow_nan=False, default=_json_default)
-                fh.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with atomic_open(path) as fh:
+            json.dump(self.to_dict(), fh, indent=2, allow_nan=False, default=_json_default)
+            fh.write("\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunSummary:
+        """Read ``perf_summary.json`` (or the one in a dir). :class:`SummaryError` naming the file (and the
+        field) for a missing, oversized, corrupt or impossible summary (NaN, infinite or negative figures)."""
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, SUMMARY_FILENAME)
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_SUMMARY_BYTES + 1)
         except FileNotFoundError as err:
             raise SummaryError(f"{path}: no run summary here (expected {SUMMARY_FILENAME})") from err
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise SummaryError(f"{path}: corrupt or truncated run summary: {err}") from err
+        except OSError as err:
+            raise SummaryError(f"{path}: cannot read the run summary: {err.strerror or err}") from err
+        if len(raw) > MAX_SUMMARY_BYTES:
+            raise SummaryError(f"{path}: over {MAX_SUMMARY_BYTES >> 20} MiB, not a run summary")
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            raise SummaryError(f"{path}: corrupt run summary: JSON nested too deeply") from None
+        except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError, over-long integers, NaN
+            raise SummaryError(f"{path}: corrupt or truncated run summary: {err}") from None
+        if isinstance(data, dict):
+            for key, value in data.items():
+                _check_numbers(value, key, path, measured=key in _MEASURED_SECTIONS)
         return cls.from_dict(data, source=path)
+
+
+def _check_numbers(value: Any, where: str, path: str, measured: bool, depth: int = 1) -> None:
+    """No number is NaN or infinite (we write strict JSON); a measured one (a time, rate, percentage or
+    size) is also >= 0; nothing nests deeper than a summary can. The error names the file and the field."""
+    if depth > MAX_SUMMARY_DEPTH and isinstance(value, (dict, list)):
+        raise SummaryError(
+            f"{path}: corrupt run summary: {where} nests deeper than {MAX_SUMMARY_DEPTH} levels"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_numbers(item, f"{where}.{key}", path, measured, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_numbers(item, f"{where}[{index}]", path, measured, depth + 1)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise SummaryError(f"{path}: corrupt run summary: {where} is {value!r}, expected a finite number")
+    elif measured and isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        raise SummaryError(f"{path}: corrupt run summary: {where} is {value!r}, expected a number >= 0")
 
 
 def _json_default(value: Any) -> Any:

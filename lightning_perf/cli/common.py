@@ -7,6 +7,7 @@ import math
 import sys
 
 from lightning_perf.analysis.comparison import Comparison, regressions
+from lightning_perf.atomic_file import describe_os_error
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a regression, a failed variant, some unreadable traces
@@ -39,7 +40,10 @@ def add_fail_if_slower(parser: argparse.ArgumentParser) -> None:
 
 
 def error(prog: str, err: BaseException, code: int = EXIT_ERROR) -> int:
-    """One error line on stderr, no traceback; returns the exit code."""
+    """One error line on stderr, no traceback; returns the exit code. An OSError names its path and errno."""
+    if isinstance(err, OSError):
+        where = f"{err.filename}: " if err.filename else ""
+        err = f"{where}{describe_os_error(err)}"  # type: ignore[assignment]
     print(f"{prog}: error: {err}", file=sys.stderr)
     return code
 

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
-    except (CompareError, SummaryError) as err:
+    except (CompareError, SummaryError, OSError) as err:  # OSError: an unreadable dir, an unwritable output
         return error(PROG, err)
 
 
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     comparison = compare(summaries, [name for name, _ in runs], baseline=baseline)
 
     if args.format == "json":
-        print(json.dumps(to_json(comparison), indent=2))
+        print(json.dumps(to_json(comparison), indent=2, allow_nan=False))
     elif args.format == "markdown":
         print(render_markdown(comparison), end="")
     else:

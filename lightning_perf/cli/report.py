@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from lightning_perf.analysis.summary import SummaryError
-from lightning_perf.cli.common import EXIT_OK, add_format, error
+from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, add_format, error
 from lightning_perf.traces.reader import TraceError
 from lightning_perf.traces.report import DEFAULT_TOP, ReportError, build_report
 from lightning_perf.traces.report_render import render_json, render_markdown, render_text
@@ -63,4 +63,6 @@ def run(args: argparse.Namespace) -> int:
             )
     renderers = {"text": render_text, "markdown": render_markdown, "json": render_json}
     sys.stdout.write(renderers[args.format](report))
-    return EXIT_OK
+    for bad in report["unreadable"]:
+        print(f"{PROG}: unreadable: {bad['error']}", file=sys.stderr)
+    return EXIT_FAILED if report["unreadable"] else EXIT_OK

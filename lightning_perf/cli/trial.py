@@ -91,16 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         variants = _check_args(args)
-    except TrialError as err:
-        return error(PROG, err)
-    try:
         result = run_cli_trial(args.config, variants, args.steps, args.log_dir, args.name, args.timeout_s)
+    except (TrialError, OSError) as err:  # OSError: --log-dir is a file, unwritable, on a full disk
+        return error(PROG, err)
     except KeyboardInterrupt:  # the running worker was stopped; no comparison of a half-done trial
         print("lightning-perf trial: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
     if args.format == "json":
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
         print(result.render(args.format), end="")
     for path in (result.comparison_path, result.tensorboard_dir):

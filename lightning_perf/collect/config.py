@@ -6,16 +6,43 @@ PerfCallback keeps a flat, typed signature (the Lightning CLI configures every a
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lightning_perf.analysis.numbers import is_number, whole
 from lightning_perf.collect.schedule import ProfileSchedule
+from lightning_perf.errors import ConfigError
 
 PROBE_MODES = ("auto", "always", "never")
 ACTIVITY_NAMES = ("cpu", "cuda")
+_BOOL_FIELDS = (
+    "record_shapes",
+    "profile_memory",
+    "with_stack",
+    "with_flops",
+    "export_stacks",
+    "export_speedscope",
+    "export_memory_timeline",
+    "enable_profiler",
+    "utilization",
+    "diagnose",
+    "ab_cudnn_benchmark",
+    "log_hparams",
+)
+# Upper limits: far beyond any real use, and low enough that every later use of the number stays finite
+# (max_trace_mb * 1e6 bytes as an int, a logging window of interval / step time batches, Event.wait()).
+MAX_TRACE_MB = 1e9  # a petabyte of traces per run and rank
+MAX_INTERVAL_S = 86400.0  # a day between logging windows or utilization samples
+MAX_PROBE_BUDGET_S = 3600.0  # the num_workers probe runs after training: an hour is the most worth waiting
+# name: (whether 0 is allowed, upper bound, unit)
+_NUMBER_RANGES = {
+    "max_trace_mb": (False, MAX_TRACE_MB, "megabytes"),
+    "log_min_interval_s": (True, MAX_INTERVAL_S, "seconds"),
+    "util_interval_s": (False, MAX_INTERVAL_S, "seconds"),
+    "probe_budget_s": (False, MAX_PROBE_BUDGET_S, "seconds"),
+}
 
 
 @dataclass(frozen=True)
@@ -51,23 +78,25 @@ class PerfConfig:
 
     def __post_init__(self) -> None:
         self.schedule  # noqa: B018 - builds and so validates the schedule numbers
+        for name in _BOOL_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise _error(name, value, "True or False")
         _set(self, "activities", validate_activities(self.activities))
-        for name in ("max_trace_mb", "util_interval_s", "probe_budget_s"):
-            _set(self, name, _positive(name, getattr(self, name)))
-        _check_optional_count("batch_size", self.batch_size)
-        _check_optional_count("log_every_n_steps", self.log_every_n_steps)
-        value = self.log_min_interval_s
-        if not is_number(value) or not (value >= 0):
-            raise ValueError(f"`log_min_interval_s` must be a number >= 0, got {value!r}")
-        _set(self, "log_min_interval_s", float(value))
-        if self.probe_num_workers not in PROBE_MODES:
-            raise ValueError(
-                f"`probe_num_workers` must be one of {', '.join(map(repr, PROBE_MODES))}, "
-                f"got {self.probe_num_workers!r}"
+        for name, (zero_ok, most, unit) in _NUMBER_RANGES.items():
+            _set(self, name, _number(name, getattr(self, name), zero_ok, most, unit))
+        for name in ("batch_size", "log_every_n_steps"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise _error(name, value, "an integer >= 1, or None")
+        if not isinstance(self.probe_num_workers, str) or self.probe_num_workers not in PROBE_MODES:
+            raise _error(
+                "probe_num_workers", self.probe_num_workers, f"one of {', '.join(map(repr, PROBE_MODES))}"
             )
         if self.dirpath is not None:
-            if not isinstance(self.dirpath, (str, os.PathLike)):
-                raise ValueError(f"`dirpath` must be a path or None, got {self.dirpath!r}")
+            if not isinstance(self.dirpath, (str, os.PathLike)) or not os.fspath(self.dirpath):
+                # "" would mean "no directory" to some calls and "the current one" to others
+                raise _error("dirpath", self.dirpath, "a non-empty path, or None for the logger's log dir")
             _set(self, "dirpath", os.fspath(self.dirpath))
 
     @property
@@ -89,17 +118,17 @@ def _set(config: PerfConfig, name: str, value: Any) -> None:
     object.__setattr__(config, name, value)  # normalising a frozen dataclass's own field in __post_init__
 
 
-def _positive(name: str, value: Any) -> float:
-    if not is_number(value) or not value > 0:
-        raise ValueError(f"`{name}` must be a number > 0, got {value!r}")
+def _error(name: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"`{name}` must be {allowed}, got {value!r}")
+
+
+def _number(name: str, value: Any, zero_ok: bool, most: float, unit: str) -> float:
+    """A finite number in (0, ``most``], or [0, ``most``] when ``zero_ok``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (ok and (value >= 0 if zero_ok else value > 0) and value <= most):
+        low = ">= 0" if zero_ok else "> 0"
+        raise _error(name, value, f"a finite number of {unit} {low} and <= {most:g}")
     return float(value)
-
-
-def _check_optional_count(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if whole(value) is None or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1 or None, got {value!r}")
 
 
 def validate_activities(activities: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -108,17 +137,20 @@ def validate_activities(activities: Sequence[str] | None) -> tuple[str, ...] | N
         return None
     if isinstance(activities, str):
         activities = [activities]
+    allowed = f"a list of {list(ACTIVITY_NAMES)} names, or None for cpu plus cuda when training on CUDA"
+    if not isinstance(activities, (list, tuple)):
+        raise _error("activities", activities, allowed)
     names = []
     for name in activities:
-        key = str(name).lower()
+        key = name.lower() if isinstance(name, str) else None
         if key not in ACTIVITY_NAMES:
-            raise ValueError(f"`activities` entry {name!r} is not one of {list(ACTIVITY_NAMES)}")
+            raise ConfigError(f"`activities` entry {name!r} is not one of {list(ACTIVITY_NAMES)}")
         if key == "cuda" and not _cuda_available():
-            raise ValueError("`activities` asks for 'cuda' but no CUDA device is available on this machine")
+            raise ConfigError("`activities` asks for 'cuda' but no CUDA device is available on this machine")
         if key not in names:
             names.append(key)
     if not names:
-        raise ValueError(f"`activities` must name at least one of {list(ACTIVITY_NAMES)}, got an empty list")
+        raise ConfigError(f"`activities` must name at least one of {list(ACTIVITY_NAMES)}, got an empty list")
     return tuple(names)
 
 

@@ -11,12 +11,14 @@ Nothing here may break training: I/O and export errors become one warning each a
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import re
 import shutil
 import socket
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -25,6 +27,13 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
+from lightning_perf.atomic_file import (
+    atomic_path,
+    describe_os_error,
+    is_persistent,
+    remove_quietly,
+    why_unwritable,
+)
 
 if TYPE_CHECKING:
     from lightning_perf.collect.config import PerfConfig
@@ -85,6 +94,8 @@ class ProfilerWindow:
         self._cycle_steps: list[int] = []
         self._next_start: int | None = schedule.next_cycle_start(0)
         self._cap_warned = False
+        self._foreign_warned = False
+        self._no_more_cycles = False
 
     @property
     def active(self) -> bool:
@@ -103,7 +114,7 @@ class ProfilerWindow:
             if self._next_start is None or step < self._next_start:
                 return  # the hot path between cycles: one comparison
             if self.schedule.action(step) is ProfilerAction.NONE:
-                self._next_start = self.schedule.next_cycle_start(step)
+                self._next_start = self._next_cycle(step)
                 return
             self._open(step)
             return
@@ -113,9 +124,9 @@ class ProfilerWindow:
             self._abandon(f"torch profiler failed at batch {step}: {err}")
             return
         action = self.schedule.action(step)
-        if action is ProfilerAction.NONE:
+        if action is ProfilerAction.NONE or self._no_more_cycles:  # cycles end early: cap, full disk
             self._stop_profiler()
-            self._next_start = self.schedule.next_cycle_start(step)
+            self._next_start = self._next_cycle(step)
         elif action in _RECORDING:
             self._cycle_steps.append(step)
 
@@ -129,15 +140,26 @@ class ProfilerWindow:
 
     def close(self) -> None:
         """Stop any running profiler, saving the batches already recorded in the open cycle."""
-        self._next_start = None
+        self._stop_cycles()
         if self._prof is not None:
             self._stop_profiler()
 
     # -- internals ---------------------------------------------------------------------------------------
 
+    def _stop_cycles(self) -> None:
+        """No cycle starts any more (closed, over the cap, disk full, profiler broken)."""
+        self._no_more_cycles = True
+        self._next_start = None
+
+    def _next_cycle(self, step: int) -> int | None:
+        return None if self._no_more_cycles else self.schedule.next_cycle_start(step)
+
     def _open(self, step: int) -> None:
         if self._over_budget():
-            self._next_start = None
+            self._stop_cycles()
+            return
+        if profiler_enabled():  # the user's, Lightning's or another tool's: stopping ours would end theirs
+            self._skip_cycle(step)
             return
         try:
             prof = torch.profiler.profile(
@@ -157,6 +179,20 @@ class ProfilerWindow:
             return
         self._prof = prof
         self._cycle_steps = [step] if self.schedule.action(step) in _RECORDING else []
+
+    def _skip_cycle(self, step: int) -> None:
+        if not self._foreign_warned:
+            self._foreign_warned = True
+            warnings.warn(
+                "lightning-perf: another torch profiler is already recording (the user's "
+                "torch.profiler.profile(), Lightning's profiler or another PerfCallback); profiling cycles "
+                "are skipped while it runs so that its trace stays whole. Timing, utilization and the "
+                "diagnosis go on.",
+                stacklevel=4,
+            )
+        cycle = self.schedule.cycle_length
+        cycle_end = self.schedule.skip_first + ((step - self.schedule.skip_first) // cycle + 1) * cycle
+        self._next_start = self._next_cycle(cycle_end)
 
     def _experimental_config(self) -> object | None:
         if not (self.config.with_stack and self.config.export_stacks):
@@ -196,7 +232,7 @@ class ProfilerWindow:
     def _abandon(self, message: str) -> None:
         log.warning(f"lightning-perf: {message}; profiling is off for the rest of this run")
         prof, self._prof = self._prof, None
-        self._next_start = None
+        self._stop_cycles()
         if prof is not None:
             with contextlib.suppress(Exception):  # already reported; the profiler is dropped either way
                 prof.stop()
@@ -209,11 +245,16 @@ class ProfilerWindow:
             return  # a cycle stopped during warm-up recorded nothing: an empty trace is noise
         try:
             trace = self._write_trace(prof, steps)
-        except Exception as err:  # disk full, unwritable dir, ...
+        except _OverCap as over:
+            self._stop_cycles()
             log.warning(
-                f"lightning-perf: could not write the trace of batches {steps[0]}-{steps[-1]} to "
-                f"{self.trace_dir!r}: {err}. Training continues."
+                f"lightning-perf: the trace of batches {steps[0]}-{steps[-1]} ({over.size / 1e6:.1f} MB) would "
+                f"pass `max_trace_mb` ({self.max_trace_bytes / 1e6:g} MB) and was not kept; later profiling "
+                "cycles are skipped. Raise `max_trace_mb` to profile more."
             )
+            return
+        except Exception as err:  # disk full, unwritable dir, a corrupt export, ...
+            self._write_failed(steps, err)
             return
         self.traces.append(trace)
         self.recorded_steps += len(steps)
@@ -221,6 +262,18 @@ class ProfilerWindow:
         self._largest_trace = max(self._largest_trace, trace.bytes)
         if self.on_trace is not None:
             self.on_trace(trace, prof)
+
+    def _write_failed(self, steps: list[int], err: Exception) -> None:
+        later = ""
+        if is_persistent(err):  # the next cycle would meet the same full disk or read-only dir
+            self._stop_cycles()
+            later = " Later profiling cycles are skipped."
+        reason = describe_os_error(err) if isinstance(err, OSError) else str(err)
+        where = getattr(err, "filename", None) or self.trace_dir
+        log.warning(
+            f"lightning-perf: could not write the trace of batches {steps[0]}-{steps[-1]} to {where}: "
+            f"{reason}. Training continues.{later}"
+        )
 
     def _write_trace(self, prof: torch.profiler.profile, steps: list[int]) -> TraceFile:
         os.makedirs(self.trace_dir, exist_ok=True)
@@ -231,10 +284,17 @@ class ProfilerWindow:
             prof.export_chrome_trace(raw_path)
             if hasattr(prof, "wait_for_exports"):
                 prof.wait_for_exports()
-            size = self._finalize(raw_path, final_path)
+            if not os.path.exists(raw_path):  # Kineto logs "Failed to write" and returns: find out why
+                raise why_unwritable(self.trace_dir) or OSError(
+                    errno.EIO, "the torch profiler wrote no trace file", raw_path
+                )
+            # under its final name only when complete and kept; ".gz" at the end tells the rewrite to compress
+            with atomic_path(final_path, ending=".gz") as staged:
+                size = self._finalize(raw_path, staged)
+                if self.max_trace_bytes is not None and self.bytes_written + size > self.max_trace_bytes:
+                    raise _OverCap(size)
         finally:
-            if os.path.exists(raw_path):
-                os.unlink(raw_path)
+            remove_quietly(raw_path, raw_path + ".tmp")  # Kineto's own temporary, left on a failed write
         self._write_exports(prof, base, final_path)
         return TraceFile(path=os.path.basename(final_path), steps=steps, bytes=size)
 
@@ -249,6 +309,8 @@ class ProfilerWindow:
                 world_size=self.world_size,
                 backend=self.backend,
             )
+        except OSError:
+            raise  # the disk, not the trace: a copy would fail the same way
         except Exception as err:
             # keep the trace as torch wrote it rather than lose it
             log.warning("lightning-perf: trace rewrite failed (%s); keeping the trace unmodified", err)
@@ -285,7 +347,15 @@ class ProfilerWindow:
             try:
                 job()
             except Exception as err:
-                log.warning(f"lightning-perf: {label} export failed: {err}")
+                persistent = is_persistent(
+                    err
+                )  # a full or read-only disk: later writes would only fail again
+                reason = describe_os_error(err) if isinstance(err, OSError) else err
+                later = " Later profiling cycles are skipped." if persistent else ""
+                log.warning(f"lightning-perf: {label} export failed: {reason}.{later}")
+                if persistent:
+                    self._stop_cycles()
+                    return
 
 
 def _align_step(prof: torch.profiler.profile, step: int, action: ProfilerAction) -> None:
@@ -294,6 +364,14 @@ def _align_step(prof: torch.profiler.profile, step: int, action: ProfilerAction)
     prof.current_action = action
     if hasattr(prof, "_prev_schedule_action"):  # torch >= 2.10 keeps the last schedule answer too
         prof._prev_schedule_action = action
+
+
+class _OverCap(Exception):
+    """A finished trace that would pass ``max_trace_mb``; it is dropped before it gets its final name."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def profiler_enabled() -> bool:

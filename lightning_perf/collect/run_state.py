@@ -19,6 +19,7 @@ from lightning_perf.collect import fetch_timing
 from lightning_perf.collect.cuda_events import CudaStepEvents
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.step_clock import StepClock
+from lightning_perf.errors import ConfigError
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -154,6 +155,10 @@ def open_session(
         )
     gpu = CudaStepEvents.for_device(trainer.strategy.root_device) if stage == "fit" else None
     session = PerfSession(stage, StepClock(measure_wait, gpu), None, config.batch_size)
+    if (
+        stage == "fit"
+    ):  # a fit resumed from a checkpoint goes on counting: ProfilerStep#N stays global batch N
+        session.batches = batches_done(trainer)
     if config.enable_profiler:
         activities = config.activities or _default_activities(trainer)
         session.window = ProfilerWindow(
@@ -169,6 +174,34 @@ def open_session(
     if not fetch_timing.instrument(fetcher, session):
         log.info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
     return session
+
+
+def batches_done(trainer: Trainer) -> int:
+    """Training batches run before this fit started: 0, or where a checkpoint's fit left off."""
+    progress = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "batch_progress", None)
+    done = getattr(getattr(progress, "total", None), "ready", 0)
+    return done if isinstance(done, int) and done > 0 else 0
+
+
+def one_per_trainer(callbacks: list[Any], callback: Any, kind: type) -> None:
+    """Allow one ``kind`` instance per Trainer: another one is an error (both would drive the one profiler,
+    fetcher and summary file); the same one listed twice is listed once (its hooks would run twice)."""
+    others = [other for other in callbacks if isinstance(other, kind) and other is not callback]
+    if others:
+        raise ConfigError(
+            f"`Trainer(callbacks=...)` holds {len(others) + 1} {kind.__name__}s; one measures a run, two would "
+            "take over each other's profiler, data fetcher and perf_summary.json. Keep one."
+        )
+    while callbacks.count(callback) > 1:  # in place: Lightning is iterating this list to call setup
+        del callbacks[len(callbacks) - 1 - callbacks[::-1].index(callback)]
+
+
+def run_status(exception: BaseException) -> str:
+    """``interrupted`` for Ctrl-C and SIGTERM (Lightning raises SIGTERMException), ``failed`` otherwise."""
+    from lightning.pytorch.utilities import exceptions
+
+    stops = (KeyboardInterrupt, getattr(exceptions, "SIGTERMException", KeyboardInterrupt))
+    return "interrupted" if isinstance(exception, stops) else "failed"
 
 
 def _default_activities(trainer: Trainer) -> tuple[str, ...]:

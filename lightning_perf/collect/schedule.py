@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from torch.profiler import ProfilerAction
 
-from lightning_perf.analysis.numbers import whole
+from lightning_perf.errors import ConfigError
 
 _SCHEDULE_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat")
+_MEANING = {"active": " (batches recorded per cycle)", "repeat": " (0 repeats until training ends)"}
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,10 @@ class ProfileSchedule:
     def __post_init__(self) -> None:
         for name in _SCHEDULE_FIELDS:
             value = getattr(self, name)
-            if whole(value) is None:
-                raise ValueError(f"`{name}` must be an integer, got {value!r}")
-            if value < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {value}")
-        if self.active < 1:
-            raise ValueError(
-                f"`active` must be >= 1 (at least one recorded batch per cycle), got {self.active}"
-            )
+            least = 1 if name == "active" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                meaning = _MEANING.get(name, "")
+                raise ConfigError(f"`{name}` must be an integer >= {least}{meaning}, got {value!r}")
         if self.warmup == 0:
             # Same advice torch.profiler.schedule gives: the first recorded step then pays the start-up cost.
             warnings.warn(

@@ -11,6 +11,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any
 
 from lightning_perf.analysis.comparison import CompareError, Comparison, format_value, render_markdown
+from lightning_perf.atomic_file import atomic_path, describe_os_error
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -62,9 +63,10 @@ def chart_figure(comparison: Comparison) -> Figure:
 def write_png(comparison: Comparison, path: str) -> None:
     """Write :func:`chart_figure` as a PNG file."""
     try:
-        chart_figure(comparison).savefig(path, format="png")
+        with atomic_path(path) as tmp:
+            chart_figure(comparison).savefig(tmp, format="png")
     except OSError as err:
-        raise CompareError(f"--png {path}: cannot write the chart: {err.strerror or err}") from None
+        raise CompareError(f"--png {path}: cannot write the chart: {describe_os_error(err)}") from None
 
 
 def _chart_rgb(comparison: Comparison) -> Any:

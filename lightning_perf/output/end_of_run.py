@@ -1,7 +1,9 @@
 """What happens when a run ends: its summary, the measured probes, the diagnosis, and where they are written.
 
-Called by the callback after the last step (outside any timed step), on every rank for the summary and on
-rank zero for the probes, the diagnosis and the writers.
+Called by the callback after the last step (outside any timed step), on every rank for the summary and the
+cudnn.benchmark A/B (all ranks together, or none), on rank zero for the diagnosis and the writers. What
+training measured is written first (:func:`complete`); the num_workers probe runs after it and updates the
+summary (:func:`probe_and_update`), so an interrupt during the probe loses nothing measured.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.atomic_file import describe_os_error
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.schedule import ProfileSchedule
@@ -76,35 +79,6 @@ def build_summary(
     return summary
 
 
-def analyse(
-    trainer: Any,
-    summary: RunSummary,
-    *,
-    status: str,
-    probe_num_workers: str,
-    probe_budget_s: float,
-) -> None:
-    """The measured probes (a finished run only), then the diagnosis, into ``summary``."""
-    from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
-    from lightning_perf.analysis.gpu_measures import input_wait
-
-    if status == "finished":
-        verdict = input_bound_verdict(input_wait(summary).value)
-        wanted = probe_num_workers == "always" or (
-            probe_num_workers == "auto" and verdict in _PROBED_VERDICTS
-        )
-        dataloader = train_dataloader(trainer)
-        if wanted and dataloader is not None:
-            from lightning_perf.probes.num_workers import probe_num_workers as probe
-
-            compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
-            summary.probes["num_workers"] = dataclasses.asdict(
-                probe(dataloader, compute, budget_s=probe_budget_s)
-            )
-    summary.findings = diagnose(summary)
-    summary.findings = trace_findings.with_trace_findings(summary)
-
-
 def cudnn_ab(trainer: Any, spec: BatchSpec | None, reducer: RankReducer | None) -> dict[str, Any]:
     """The cudnn.benchmark A/B on this rank, all ranks together under DDP (``reducer`` given) or not at all."""
 
@@ -124,26 +98,83 @@ def cudnn_ab(trainer: Any, spec: BatchSpec | None, reducer: RankReducer | None) 
     )
 
 
+def diagnose_run(summary: RunSummary) -> None:
+    """The summary's own findings and those of its CUDA traces."""
+    from lightning_perf.analysis.diagnosis import diagnose
+
+    summary.findings = diagnose(summary)
+    summary.findings = trace_findings.with_trace_findings(summary)
+
+
+def probe_num_workers(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
+    """The num_workers probe of a finished fit into ``summary.probes``, when wanted; True when it ran.
+
+    Runs after the summary of what training measured is written, with one line saying so and what it may
+    cost: an interrupt here (Ctrl-C while waiting) loses nothing but the probe.
+    """
+    from lightning_perf.analysis.diagnosis import input_bound_verdict
+    from lightning_perf.analysis.gpu_measures import input_wait
+
+    verdict = input_bound_verdict(input_wait(summary).value)
+    mode = config.probe_num_workers
+    dataloader = train_dataloader(trainer)
+    if dataloader is None or not (mode == "always" or (mode == "auto" and verdict in _PROBED_VERDICTS)):
+        return False
+    from lightning_perf.probes.num_workers import probe_num_workers as probe
+
+    log.info(
+        f"lightning-perf: measuring DataLoader num_workers (up to {config.probe_budget_s:g} s; "
+        f"{SUMMARY_FILENAME} is written, Ctrl-C skips this)"
+    )
+    compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
+    summary.probes["num_workers"] = dataclasses.asdict(
+        probe(dataloader, compute, budget_s=config.probe_budget_s)
+    )
+    return True
+
+
 def write(
     trainer: Any, summary: RunSummary, *, log_dir: str | None, log_hparams: bool, hp_placeholder: bool
 ) -> None:
-    """perf_summary.json, and for a fit: the diagnosis (Text tab, console), the probe chart, HParams."""
-    if log_dir:
-        name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
-        summary.save(os.path.join(log_dir, name))
+    """perf_summary.json, and for a fit: the diagnosis (Text tab, console), the trace chart, HParams.
+    Never raises."""
+    _save(summary, log_dir)
     if summary.stage != "fit":
         return
-    if summary.findings:
-        from lightning_perf.analysis.findings_render import render_console, render_markdown
-
-        markdown = render_markdown(summary.findings, summary)
-        tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
-        log.info(render_console(summary.findings))
-    trace_findings.log_chart(trainer, summary)
-    if "num_workers" in summary.probes:
-        tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
+    _show_findings(trainer, summary)
+    _safely("draw the trace chart", lambda: trace_findings.log_chart(trainer, summary))
     if log_hparams:
-        tensorboard.write_hparams(trainer, summary, hp_placeholder)
+        _safely("write the HParams", lambda: tensorboard.write_hparams(trainer, summary, hp_placeholder))
+
+
+def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> None:
+    if log_dir:
+        name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
+        path = os.path.join(log_dir, name)
+        if update and not os.path.exists(path):
+            return  # the first write failed and warned: the disk said no once, not twice
+        _safely(f"write {path}", lambda: summary.save(path))
+
+
+def _show_findings(trainer: Any, summary: RunSummary) -> None:
+    if summary.findings:
+        _safely("show the diagnosis", lambda: _render_findings(trainer, summary))
+
+
+def _render_findings(trainer: Any, summary: RunSummary) -> None:
+    from lightning_perf.analysis.findings_render import render_console, render_markdown
+
+    markdown = render_markdown(summary.findings, summary)
+    tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
+    log.info(render_console(summary.findings))
+
+
+def _safely(what: str, job: Any) -> None:
+    try:
+        job()
+    except Exception as err:  # the run's own outcome wins; one warning names what was lost and why
+        reason = describe_os_error(err) if isinstance(err, OSError) else err
+        log.warning(f"lightning-perf: could not {what}: {reason}")
 
 
 def short_run_message(schedule: ProfileSchedule, session: PerfSession) -> str | None:
@@ -173,9 +204,10 @@ def complete(
     ab_spec: BatchSpec | None,
     hp_placeholder: bool,
 ) -> RunSummary | None:
-    """Summarise, diagnose and write one finished run. Never raises: the run's own outcome wins.
+    """Summarise, diagnose and write what one run measured. Never raises: the run's own outcome wins.
 
     ``reducer`` is given only when every rank gets here the same way (a rank that raised calls no collective).
+    The num_workers probe comes after, in :func:`probe_and_update`, so that nothing measured waits on it.
     """
     try:
         summary = build_summary(
@@ -194,26 +226,44 @@ def complete(
             ab = cudnn_ab(trainer, ab_spec, reducer)
             if trainer.is_global_zero:
                 summary.probes["cudnn_benchmark"] = ab
-        if fit and trainer.is_global_zero:
-            analyse(
-                trainer,
-                summary,
-                status=status,
-                probe_num_workers=config.probe_num_workers,
-                probe_budget_s=config.probe_budget_s,
-            )
+        if _diagnosed(trainer, summary, config):
+            diagnose_run(summary)
     except Exception as err:
         log.warning(f"lightning-perf: could not complete the run summary: {err}")
         return None
     if trainer.is_global_zero:
-        try:
-            write(
-                trainer,
-                summary,
-                log_dir=log_dir,
-                log_hparams=config.log_hparams,
-                hp_placeholder=hp_placeholder,
-            )
-        except Exception as err:
-            log.warning(f"lightning-perf: could not write the run summary: {err}")
+        write(
+            trainer, summary, log_dir=log_dir, log_hparams=config.log_hparams, hp_placeholder=hp_placeholder
+        )
     return summary
+
+
+def probe_and_update(
+    trainer: Trainer, summary: RunSummary, config: PerfConfig, *, log_dir: str | None
+) -> None:
+    """After a finished fit's summary is written: the num_workers probe, then the summary and diagnosis updated
+    (atomically). ``KeyboardInterrupt`` propagates and leaves the first summary as it was; errors warn."""
+    if summary.status != "finished" or not _diagnosed(trainer, summary, config):
+        return
+    try:
+        if not probe_num_workers(trainer, summary, config):
+            return
+        previous = list(summary.findings)
+        diagnose_run(summary)
+    except KeyboardInterrupt:
+        log.info(f"lightning-perf: probes interrupted; {SUMMARY_FILENAME} keeps what training measured")
+        raise
+    except Exception as err:
+        log.warning(f"lightning-perf: a measured probe failed: {err}")
+        return
+    _save(summary, log_dir, update=True)
+    _safely(
+        "log the num_workers probe",
+        lambda: tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"]),
+    )
+    if summary.findings != previous:
+        _show_findings(trainer, summary)
+
+
+def _diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
+    return summary.stage == "fit" and trainer.is_global_zero and config.diagnose

@@ -95,6 +95,8 @@ def kernel_busy_pct(
         return None
     if window is None:
         window = (step_lo, step_hi) if step_lo < math.inf else (lo, hi)
+        if not window[1] > window[0]:
+            return None  # the trace spans no time (zero-length events only): no share to give
     start, end = window
     if not end > start:
         raise ValueError(f"window must be (start, end) with end > start, got {window!r}")

@@ -15,8 +15,9 @@ from collections import defaultdict
 from typing import Any
 
 from lightning_perf import console
+from lightning_perf.atomic_file import atomic_open, atomic_path, describe_os_error
 from lightning_perf.traces.analysis import span_of
-from lightning_perf.traces.reader import TraceError, TraceReader
+from lightning_perf.traces.reader import TraceReader
 
 log = console.logger(__name__)
 
@@ -54,7 +55,8 @@ def export_collapsed_stacks(prof: Any, base_path: str) -> list[str]:
     whole microseconds) of self CPU time to ``<base_path>.cpu.stacks.txt`` and, when device time was recorded,
     of self device time to ``<base_path>.<device>.stacks.txt`` (e.g. ``.cuda.``). Feed them to flamegraph.pl
     or speedscope. Returns the paths written: [] when the profiler ran without ``with_stack``, or recorded no
-    stacks (it needs ``experimental_config=stacks_experimental_config()``), or a write failed (a warning)."""
+    stacks (it needs ``experimental_config=stacks_experimental_config()``). OSError when a write fails (no
+    partial file is left)."""
     if not getattr(prof, "with_stack", False):
         return []
     try:
@@ -89,12 +91,8 @@ def export_collapsed_stacks(prof: Any, base_path: str) -> list[str]:
         if not lines:
             continue
         path = f"{base_path}.{suffix}.stacks.txt"
-        try:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write("\n".join(lines) + "\n")
-        except OSError as err:
-            log.warning("lightning-perf: could not write collapsed stacks to %s: %s", path, err)
-            continue
+        with atomic_open(path) as fh:
+            fh.write("\n".join(lines) + "\n")
         written.append(path)
     return written
 
@@ -105,7 +103,8 @@ def trace_to_speedscope(trace_path: str | os.PathLike[str], out_path: str | os.P
 
     Speedscope needs properly nested open/close events. Complete events that overlap without nesting (rare:
     clock skew, async ranges on one thread) are clipped to their parent: an event ends no later than the
-    enclosing one, so it keeps its start and name and loses only the overhanging tail. Streams the trace;
+    enclosing one, so it keeps its start and name and loses only the overhanging tail. Events with impossible
+    times (missing, negative or not finite) are left out with one warning. Streams the trace;
     :class:`~lightning_perf.traces.reader.TraceError` naming the file on bad input.
     """
     trace_path, out_path = os.fspath(trace_path), os.fspath(out_path)
@@ -113,6 +112,7 @@ def trace_to_speedscope(trace_path: str | os.PathLike[str], out_path: str | os.P
     threads: dict[tuple[Any, Any], list[tuple[float, float, int]]] = defaultdict(list)
     process_names: dict[Any, str] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
+    skipped, reason = 0, None
     with TraceReader(trace_path) as reader:
         for index, event in enumerate(reader.events()):
             if event.get("ph") == "M":
@@ -124,32 +124,35 @@ def trace_to_speedscope(trace_path: str | os.PathLike[str], out_path: str | os.P
                 continue
             try:
                 span = span_of(event)
-            except ValueError as err:
-                raise TraceError(f"{trace_path}: traceEvents[{index}]: {err}") from None
+            except ValueError as err:  # a corrupt time: the event is left out, the rest converted
+                skipped += 1
+                reason = reason or f"traceEvents[{index}]: {err}"
+                continue
             if span is None:
                 continue
             frame = frames.setdefault(_ADDRESS.sub("", span.name), len(frames))
             threads[(span.pid, span.tid)].append((span.start, span.end, frame))
     origin = min((s for spans in threads.values() for s, _, _ in spans), default=0.0)
 
-    tmp = f"{out_path}.partial"
-    try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(f'{{"$schema": {json.dumps(SPEEDSCOPE_SCHEMA)},\n"shared": {{"frames": ')
-            out.write(json.dumps([{"name": name} for name in frames], ensure_ascii=False))
-            out.write('},\n"profiles": [')
-            for number, ((pid, tid), spans) in enumerate(threads.items()):
-                name = thread_names.get((pid, tid)) or f"tid {tid}"
-                name = f"{process_names.get(pid, 'pid')} {pid} / {name}"
-                out.write(",\n" if number else "\n")
-                _write_evented_profile(out, name, spans, origin)
-            out.write("\n],\n")
-            out.write(f'"name": {json.dumps(os.path.basename(trace_path))}, "activeProfileIndex": 0, ')
-            out.write('"exporter": "lightning-perf"}\n')
-        os.replace(tmp, out_path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    if skipped:
+        log.warning(
+            "lightning-perf: %s: %d event(s) with impossible times left out (first: %s)",
+            trace_path,
+            skipped,
+            reason,
+        )
+    with atomic_open(out_path) as out:
+        out.write(f'{{"$schema": {json.dumps(SPEEDSCOPE_SCHEMA)},\n"shared": {{"frames": ')
+        out.write(json.dumps([{"name": name} for name in frames], ensure_ascii=False))
+        out.write('},\n"profiles": [')
+        for number, ((pid, tid), spans) in enumerate(threads.items()):
+            name = thread_names.get((pid, tid)) or f"tid {tid}"
+            name = f"{process_names.get(pid, 'pid')} {pid} / {name}"
+            out.write(",\n" if number else "\n")
+            _write_evented_profile(out, name, spans, origin)
+        out.write("\n],\n")
+        out.write(f'"name": {json.dumps(os.path.basename(trace_path))}, "activeProfileIndex": 0, ')
+        out.write('"exporter": "lightning-perf"}\n')
 
 
 def _write_evented_profile(out: Any, name: str, spans: list[tuple[float, float, int]], origin: float) -> None:
@@ -209,13 +212,14 @@ def export_memory_timeline(prof: Any, out_path: str | os.PathLike[str], device: 
         )
         return False
     try:
-        with warnings.catch_warnings():
+        # torch picks the format from the name's ending, so the temporary name keeps ".html" at its end
+        with atomic_path(out_path, ending=".html") as tmp, warnings.catch_warnings():
             # torch deprecates export_memory_timeline in favour of CUDA memory snapshots, which need CUDA
             warnings.simplefilter("ignore", FutureWarning)
-            prof.export_memory_timeline(out_path, device)
+            prof.export_memory_timeline(tmp, device)
     except Exception as err:  # torch internals, matplotlib, I/O: a profiling export must never break training
-        log.warning("lightning-perf: could not write the memory timeline %s: %s", out_path, err)
-        if os.path.exists(out_path):
-            os.unlink(out_path)
+        log.warning(
+            "lightning-perf: could not write the memory timeline %s: %s", out_path, describe_os_error(err)
+        )
         return False
     return os.path.exists(out_path)

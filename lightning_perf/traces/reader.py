@@ -19,13 +19,12 @@ import gzip
 import json
 import os
 import re
-import shutil
-import tempfile
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 from lightning_perf.analysis.numbers import whole
+from lightning_perf.atomic_file import atomic_path
 from lightning_perf.errors import LightningPerfError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -153,6 +152,10 @@ class _Scanner:
                 if self._fill():
                     continue
                 raise self.truncated() from None
+            except RecursionError:
+                raise self.error("invalid JSON: nested too deeply", start) from None
+            except ValueError as err:  # an integer of thousands of digits (int_max_str_digits)
+                raise self.error(f"invalid JSON: {err}", start) from None
             if end == len(self._buf) and self._fill():
                 continue  # a number at the end of the buffer may go on in the next chunk
             self._pos = end
@@ -352,19 +355,14 @@ def rewrite_trace(
     if backend is not None and (not isinstance(backend, str) or not backend):
         raise ValueError(f"backend must be a non-empty string or None, got {backend!r}")
     src, dst = os.fspath(src), os.fspath(dst)
-    directory = os.path.dirname(dst) or "."
-    # the temporary name must not end like a trace: TensorBoard may be scanning the folder
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=".partial", dir=directory)
-    os.close(fd)
-    try:
-        with TraceReader(src) as reader, _open_output(tmp, gz=dst.endswith(".gz")) as out:
-            _write_rewritten(reader, out, global_rank, world_size, backend)
-        shutil.copymode(src, tmp)  # mkstemp makes it owner-only; TensorBoard may run as another user
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # the temporary name does not end like a trace: TensorBoard may be scanning the folder (open() gives the
+    # file the umask's mode, as torch's own export does, so TensorBoard running as another user reads it)
+    with (
+        atomic_path(dst) as tmp,
+        TraceReader(src) as reader,
+        _open_output(tmp, gz=dst.endswith(".gz")) as out,
+    ):
+        _write_rewritten(reader, out, global_rank, world_size, backend)
     return os.path.getsize(dst)
 
 

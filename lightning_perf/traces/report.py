@@ -11,19 +11,22 @@ Runtime, Other; see :func:`lightning_perf.traces.analysis.step_breakdown`) and t
 operators by self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings
 of ``perf_summary.json`` when there is one. ``--format json`` is machine-readable with stable keys.
 
-Exit codes: 0 ok; 2 for a missing RUN_DIR, a RUN_DIR with neither traces nor summary, or corrupt input.
+Unreadable files (a cut trace, a corrupt summary) are listed with their error under ``unreadable`` and the
+readable ones reported. Exit codes: 0 ok; 1 some files unreadable; 2 for a missing RUN_DIR, a RUN_DIR with
+neither traces nor summary, or nothing readable in it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
+import math
 import os
 import zlib
 from typing import Any
 
 from lightning_perf.analysis.rules_trace import diagnose_trace
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.traces.analysis import (
@@ -36,7 +39,7 @@ from lightning_perf.traces.analysis import (
     step_breakdown,
 )
 from lightning_perf.traces.gpu_figures import trace_figures
-from lightning_perf.traces.reader import GZIP_MAGIC
+from lightning_perf.traces.reader import GZIP_MAGIC, TraceError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 TORCH_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
@@ -92,17 +95,30 @@ def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
     else:
         raise ReportError(f"{path}: no such file or directory")
     notes: list[str] = []
+    unreadable: list[dict[str, str]] = []
     summary_path = os.path.join(run_dir, SUMMARY_FILENAME)
-    summary = RunSummary.load(summary_path) if os.path.exists(summary_path) else None
-    if summary is None and not traces:
+    summary = None
+    if os.path.exists(summary_path):
+        try:
+            summary = RunSummary.load(summary_path)
+        except SummaryError as err:
+            unreadable.append({"file": SUMMARY_FILENAME, "error": str(err)})
+    if not os.path.exists(summary_path) and not traces:
         raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
-    if summary is None:
+    sections = []
+    for trace in traces:
+        try:
+            sections.append(analyse_trace(trace, top, with_input_rule=summary is None))
+        except (TraceError, OSError) as err:  # one bad trace does not hide the good ones
+            unreadable.append({"file": os.path.basename(trace), "error": str(err)})
+    if summary is None and not sections:
+        raise ReportError(f"{path}: nothing readable: " + "; ".join(u["error"] for u in unreadable))
+    if summary is None and not unreadable:
         notes.append(f"no {SUMMARY_FILENAME} in {run_dir}: findings come from the traces alone")
     if not traces:
         notes.append(
             f"no trace files (*.json[.gz] with traceEvents) in {run_dir}: reporting the summary alone"
         )
-    sections = [analyse_trace(t, top, with_input_rule=summary is None) for t in traces]
     return {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -111,6 +127,7 @@ def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "notes": notes,
         "traces": sections,
         "ranks": rank_spread(sections),
+        "unreadable": unreadable,
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }
 
@@ -176,6 +193,8 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = Tru
         "rank": parsed.rank,
         "world_size": info.get("world_size") if isinstance(info, dict) else None,
         "events": parsed.event_count,
+        "skipped_events": parsed.skipped_events,
+        "skip_reason": parsed.skip_reason,
         "steps": [
             {
                 "step": s.step,
@@ -235,13 +254,14 @@ def _operator(stat: OperatorStat) -> dict[str, Any]:
     }
 
 
-def _ms(us: float) -> float:
-    return round(us / _US_PER_MS, 3)
+def _ms(us: float) -> float | None:
+    return _round(us / _US_PER_MS, 3)
 
 
 def _pct(part: float, whole: float) -> float | None:
-    return round(100.0 * part / whole, 1) if whole > 0 else None
+    return _round(100.0 * part / whole) if whole > 0 else None
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
+    # sums of absurd (finite) times can overflow: shown as "-" rather than inf or nan
+    return None if value is None or not math.isfinite(value) else round(value, digits)

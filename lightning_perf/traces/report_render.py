@@ -14,7 +14,11 @@ NAME_WIDTH = 80
 
 
 def render_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _unreadable_lines(report: dict[str, Any]) -> list[str]:
+    return [f"Unreadable: {bad['file']}: {bad['error']}" for bad in report.get("unreadable", [])]
 
 
 def _short(name: str) -> str:
@@ -75,6 +79,11 @@ def _trace_notes(trace: dict[str, Any]) -> list[str]:
         )
     if not trace["steps"]:
         notes.append("no profiled steps in this trace")
+    if trace.get("skipped_events"):
+        notes.append(
+            f"{trace['skipped_events']} event(s) with a missing, negative or non-finite time left out "
+            f"(first: {trace['skip_reason']})"
+        )
     return notes
 
 
@@ -108,6 +117,7 @@ def render_text(report: dict[str, Any]) -> str:
     if report["summary"]:
         out.append(_summary_line(report["summary"]))
     out += [f"Note: {note}" for note in report["notes"]]
+    out += _unreadable_lines(report)
     for trace in report["traces"]:
         out += ["", _trace_title(trace)]
         out += [f"  Note: {note}" for note in _trace_notes(trace)]
@@ -174,6 +184,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["summary"]:
         out += [_md_cell(_summary_line(report["summary"])), ""]
     out += [f"> Note: {_md_cell(note)}" for note in report["notes"]]
+    out += [f"> {_md_cell(line)}" for line in _unreadable_lines(report)]
     for trace in report["traces"]:
         out += ["", f"## {_md_cell(_trace_title(trace))}", ""]
         out += [f"> Note: {_md_cell(note)}" for note in _trace_notes(trace)]

@@ -9,13 +9,15 @@ Standard library only; imports nothing from torch or Lightning. Times are in mic
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from lightning_perf.traces.reader import DISTRIBUTED_INFO_KEY, TraceError, TraceReader
+from lightning_perf.analysis.numbers import finite
+from lightning_perf.traces.reader import DISTRIBUTED_INFO_KEY, TraceReader
 
 # Category names, lower-cased (torch-tb-profiler lower-cases `cat` before looking it up).
 KERNEL_CATS = frozenset({"kernel"})
@@ -63,8 +65,10 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
         return None
     ts = event.get("ts")
     dur = event.get("dur", 0)
-    if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-        raise ValueError(f"event {event.get('name')!r} has a non-numeric ts or dur: {ts!r}, {dur!r}")
+    if finite(ts) is None or finite(dur) is None or dur < 0 or not math.isfinite(ts + dur):
+        raise ValueError(
+            f"event {event.get('name')!r} has no finite ts or no finite dur >= 0: ts={ts!r}, dur={dur!r}"
+        )
     args = event.get("args")
     external_id = correlation = None
     if isinstance(args, dict):
@@ -104,6 +108,9 @@ class ParsedTrace:
     memory: list[MemorySample] = field(default_factory=list)
     # the samples are totals ("Total Allocated"), not a running sum of changes from the first one
     memory_has_totals: bool = False
+    # complete events left out because their ts/dur are missing, negative or not finite, and the first reason
+    skipped_events: int = 0
+    skip_reason: str | None = None
 
     @property
     def device_properties(self) -> list[dict[str, Any]]:
@@ -119,12 +126,14 @@ class ParsedTrace:
 
 
 def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
-    """Stream one trace file into a :class:`ParsedTrace`. :class:`TraceError` naming the file on bad input."""
+    """Stream one trace file into a :class:`ParsedTrace`. :class:`TraceError` naming the file on bad JSON;
+    events with impossible times are skipped and counted (``skipped_events``), never turned into inf/nan."""
     spans: list[Span] = []
     memory: list[MemorySample] = []
     running: dict[int, float] = {}
     has_totals = False
-    count = 0
+    count = skipped = 0
+    reason = None
     with TraceReader(path) as reader:
         for event in reader.events():
             count += 1
@@ -136,10 +145,12 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
             try:
                 span = span_of(event)
             except ValueError as err:
-                raise TraceError(f"{reader.path}: traceEvents[{count - 1}]: {err}") from None
+                skipped += 1
+                reason = reason or f"traceEvents[{count - 1}]: {err}"
+                continue
             if span is not None:
                 spans.append(span)
-        return ParsedTrace(reader.path, reader.metadata, spans, count, memory, has_totals)
+        return ParsedTrace(reader.path, reader.metadata, spans, count, memory, has_totals, skipped, reason)
 
 
 def _add_memory_sample(

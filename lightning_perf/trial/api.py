@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from lightning_perf.analysis.comparison import CompareError, compare, to_json
 from lightning_perf.analysis.run_discovery import load_summary
 from lightning_perf.analysis.summary import SummaryError
+from lightning_perf.atomic_file import atomic_open
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_tensorboard
 from lightning_perf.trial.runner import describe_error, run_worker, worker_env
 from lightning_perf.trial.spec import (
@@ -101,8 +102,8 @@ def conclude(result: TrialResult) -> TrialResult:
     result.comparison = compare(summaries, [v.name for v in ran])
     path = os.path.join(result.experiment_dir, COMPARISON_FILENAME)
     try:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(to_json(result.comparison), fh, indent=2)
+        with atomic_open(path) as fh:
+            json.dump(to_json(result.comparison), fh, indent=2, allow_nan=False)
             fh.write("\n")
         result.comparison_path = path
     except OSError as err:

@@ -66,9 +66,22 @@ def test_a_tiny_trace_cap_skips_later_cycles_with_one_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="lightning_perf"):
         L_trainer.fit(TinyModel(), loader())
     assert len([r for r in caplog.records if "max_trace_mb" in r.getMessage()]) == 1
-    assert len(trace_files(tmp_path)) == 1  # the first cycle is written, the three after it are skipped
-    assert len(callback.last_summary.traces) == 1
+    # the cap holds for the first cycle too: its trace (~4 KB) is not kept, the three after it are skipped
+    assert trace_files(tmp_path) == [] and callback.last_summary.traces == []
+    assert not [n for n in os.listdir(L_trainer.log_dir) if n.startswith(".")]  # no temporaries left
     assert L_trainer.state.finished
+
+
+def test_a_cap_above_the_first_trace_keeps_it_and_skips_the_cycles_past_the_cap(tmp_path, caplog):
+    callback = PerfCallback(skip_first=0, wait=1, warmup=1, active=1, repeat=4, max_trace_mb=0.01,
+                            utilization=False, diagnose=False)  # fmt: skip
+    L_trainer = trainer(tmp_path, [callback], limit_train_batches=14)
+    with caplog.at_level(logging.WARNING, logger="lightning_perf"):
+        L_trainer.fit(TinyModel(), loader())
+    assert any("max_trace_mb" in r.getMessage() for r in caplog.records)
+    kept = callback.last_summary.traces
+    assert 1 <= len(kept) < 4 and sum(t.bytes for t in kept) <= 10_000
+    assert len(trace_files(tmp_path)) == len(kept)
 
 
 def test_compare_real_runs_before_and_after_workers(tmp_path, capsys):

@@ -63,6 +63,7 @@ def test_json_format_has_stable_keys(run_dir, capsys):
     assert set(trace) == {
         "path", "file", "rank", "world_size", "events", "steps", "average", "device_aligned",
         "dropped_tail_steps", "kernel_busy_pct", "top_cpu_operators", "top_kernels", "figures", "findings",
+        "skipped_events", "skip_reason",
     }  # fmt: skip
     assert set(trace["average"]["categories_ms"]) == set(trace_analysis.CATEGORIES)
     assert sum(trace["average"]["categories_pct"].values()) == pytest.approx(100, abs=0.5)
@@ -130,23 +131,62 @@ def test_summary_without_traces(tmp_path, capsys):
     assert any("no trace files" in note for note in data["notes"])
 
 
-def test_corrupt_gz_gives_exit_code_2_naming_the_file(run_dir, capsys):
+def test_a_corrupt_trace_is_listed_and_the_good_ones_reported_with_exit_code_1(run_dir, capsys):
+    good = len(os.listdir(run_dir))
     bad = os.path.join(run_dir, "host_rank1.0001.pt.trace.json.gz")
     with open(os.path.join(run_dir, sorted(os.listdir(run_dir))[0]), "rb") as fh:
         data = fh.read()
     with open(bad, "wb") as fh:
         fh.write(data[: len(data) // 2])
-    code, out, err = run_report(capsys, run_dir)
+    code, out, err = run_report(capsys, run_dir, "--format", "json")
+    assert code == 1 and bad in err and "Traceback" not in err
+    report_data = json.loads(out)
+    assert len(report_data["traces"]) == good
+    assert [u["file"] for u in report_data["unreadable"]] == [os.path.basename(bad)]
+    assert bad in report_data["unreadable"][0]["error"]
+
+
+def test_nothing_readable_gives_exit_code_2_naming_the_files(tmp_path, capsys):
+    bad = tmp_path / "host_rank0.1.pt.trace.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "A", "ts": 1, "dur": 2}')
+    code, out, err = run_report(capsys, str(tmp_path))
     assert code == 2 and out == ""
-    assert bad in err and "Traceback" not in err
+    assert str(bad) in err and "Traceback" not in err
 
 
-def test_corrupt_summary_gives_exit_code_2_naming_the_file(run_dir, capsys):
+def test_corrupt_summary_is_listed_beside_the_readable_traces(run_dir, capsys):
     path = os.path.join(run_dir, SUMMARY_FILENAME)
     with open(path, "w") as fh:
         fh.write('{"schema": "lightning-perf/run-summary", "schema_vers')
-    code, _, err = run_report(capsys, run_dir)
-    assert code == 2 and path in err and "Traceback" not in err
+    code, out, err = run_report(capsys, run_dir)
+    assert code == 1 and path in err and "Traceback" not in err
+    assert "Unreadable: perf_summary.json" in out and "Step breakdown" in out
+
+
+def test_events_with_impossible_times_are_skipped_and_said(tmp_path, capsys):
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#3",
+            "ts": 0,
+            "dur": 100,
+            "pid": 1,
+            "tid": 1,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 20, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "no_dur", "ts": 10, "pid": 1, "tid": 1, "dur": None},
+        {"ph": "X", "cat": "cpu_op", "name": "neg", "ts": 10, "dur": -5, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "inf", "ts": 10, "dur": float("inf"), "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "nan_ts", "ts": float("nan"), "dur": 1, "pid": 1, "tid": 1},
+    ]
+    (tmp_path / "h_rank0.1.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    for fmt in ("text", "markdown", "json"):
+        code, out, _ = run_report(capsys, str(tmp_path), "--format", fmt)
+        assert code == 0
+        assert "inf" not in out.lower().replace("info", "") and "nan" not in out.lower()
+        assert "4 event(s)" in out or '"skipped_events": 4' in out
+    assert json.loads(out)["traces"][0]["top_cpu_operators"][0]["name"] == "aten::mm"
 
 
 @pytest.mark.parametrize("make_dir", [False, True])
