@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import fetch_timing
+from lightning_perf.collect.machine_state import MachineWatch
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.step_clock import StepClock
 
@@ -70,6 +71,7 @@ class PerfSession:
         self.shapes: set[tuple[int, ...]] = set()
         self.batch_size_seen: int | None = None
         self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
+        self.machine = MachineWatch()  # what else the machine does while this run measures
 
     # -- fetcher listener --------------------------------------------------------------------------------
 

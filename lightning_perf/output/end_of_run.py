@@ -59,6 +59,7 @@ def build_summary(
         timing=session.clock.summary(train_wall_s=wall_s),
         settings=collect_settings(trainer, dataloader, session.batch_size_seen, session.input_shapes_vary),
         traces=list(session.window.traces) if session.window is not None else [],
+        machine=session.machine.finish(),
     )
     if sampler is not None:
         summary.utilization = sampler.summary()
