@@ -35,7 +35,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 from lightning_perf import PerfCallback
-from lightning_perf.analysis.comparison import compare, render_text
+from lightning_perf.analysis.comparison import compare
+from lightning_perf.analysis.comparison_render import render_text
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.utilization import usable_cpu_count
 

@@ -44,7 +44,9 @@ def _effect(summary: RunSummary, other: float | None, cores: int | None) -> str:
     step = summary.timing.step_time_ms
     if step is not None and step.p10 is not None and step.median > 0:
         spread = 100.0 * (step.p90 - step.p10) / step.median
-        parts.append(f"as much as the step-to-step spread of this run (p10-p90 {_fmt(spread)}% of the median)")
+        parts.append(
+            f"as much as the step-to-step spread of this run (p10-p90 {_fmt(spread)}% of the median)"
+        )
     if other is not None and cores:
         parts.append(f"up to ~{_fmt(100.0 * other / cores)}% on CPU-bound steps (the share others took)")
     return " and ".join(parts) if parts else "an unknown amount"

@@ -19,7 +19,8 @@ import json
 import os
 import sys
 
-from lightning_perf.analysis.comparison import CompareError, compare, render_markdown, render_text, to_json
+from lightning_perf.analysis.comparison import CompareError, compare
+from lightning_perf.analysis.comparison_render import render_markdown, render_text, to_json
 from lightning_perf.analysis.run_discovery import baseline_index, common_root, find_runs, load_summary
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, SummaryError
 from lightning_perf.cli.common import EXIT_OK, add_fail_if_slower, add_format, error, gate

@@ -47,7 +47,9 @@ def _read(psutil: Any, process: Any) -> _Reading:
     # psutil.cpu_percent's accounting: Linux already counts guest time in user and nice
     total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
     idle = times.idle + getattr(times, "iowait", 0.0)
-    return _Reading(time.monotonic(), total - idle, total, getattr(times, "steal", 0.0), _own_cpu_seconds(process))
+    return _Reading(
+        time.monotonic(), total - idle, total, getattr(times, "steal", 0.0), _own_cpu_seconds(process)
+    )
 
 
 class MachineWatch:

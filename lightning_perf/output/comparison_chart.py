@@ -10,7 +10,8 @@ import os
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from lightning_perf.analysis.comparison import CompareError, Comparison, format_value, render_markdown
+from lightning_perf.analysis.comparison import CompareError, Comparison, format_value
+from lightning_perf.analysis.comparison_render import render_markdown
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

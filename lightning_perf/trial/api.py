@@ -20,7 +20,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from lightning_perf.analysis.comparison import CompareError, compare, to_json
+from lightning_perf.analysis.comparison import CompareError, compare
+from lightning_perf.analysis.comparison_render import to_json
 from lightning_perf.analysis.run_discovery import load_summary
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_tensorboard
