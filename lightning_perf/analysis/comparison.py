@@ -16,19 +16,20 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_perf.analysis.comparison_metrics import (
+    ENVIRONMENT_KEYS,
     HEADLINE_KEY,
     METRICS,
     VERDICT_DETAIL_KEYS,
     MetricSpec,
     check_summary,
     headline_metrics,
+    settings_diffs,
 )
 from lightning_perf.analysis.rules_noise import noisy_machine
 from lightning_perf.analysis.statistics import (
@@ -39,17 +40,13 @@ from lightning_perf.analysis.statistics import (
     compare_rounds,
     compare_samples,
 )
-from lightning_perf.analysis.summary import RunSummary, Settings
+from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.errors import LightningPerfError
 
 JSON_SCHEMA_NAME = "lightning-perf/comparison"
 JSON_SCHEMA_VERSION = 2
 
 NA = "n/a"
-
-# Settings that describe the machine and software rather than a choice the user made: a difference here is
-# flagged as a warning (the figures may reflect the machine, not the change), not listed as a setting change.
-ENVIRONMENT_KEYS = ("host", "cpu_count", "gpu_name", "torch_version", "lightning_version", "cuda_version")
 
 # Units whose change reads as speed ("faster"/"slower") rather than "higher"/"lower".
 SPEED_UNITS = ("ms", "s", "samples/s")
@@ -61,6 +58,7 @@ RATIO_DECIMALS = 2
 
 
 __all__ = [
+    "ENVIRONMENT_KEYS",
     "METRICS",
     "CompareError",
     "Comparison",
@@ -149,7 +147,7 @@ def compare(
     if rounds is not None and len(rounds) != len(summaries):
         raise ValueError(f"compare: rounds holds {len(rounds)} runs but there are {len(summaries)} summaries")
     names = list(names)
-    settings_diff, environment_diff = _settings_diffs(summaries)
+    settings_diff, environment_diff = settings_diffs(summaries)
     metrics = [_metric_row(spec, summaries, baseline, rounds, confidence) for spec in METRICS]
     metrics = [
         row
@@ -176,16 +174,6 @@ def compare(
     comparison.verdict = _verdict(comparison)
     comparison.warnings = _warnings(comparison, summaries)
     return comparison
-
-
-def _settings_diffs(summaries: Sequence[RunSummary]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-    settings: dict[str, list[Any]] = {}
-    environment: dict[str, list[Any]] = {}
-    for f in dataclasses.fields(Settings):
-        values = [getattr(s.settings, f.name) for s in summaries]
-        if any(v != values[0] for v in values[1:]):
-            (environment if f.name in ENVIRONMENT_KEYS else settings)[f.name] = values
-    return settings, environment
 
 
 def _finite(value: Any) -> float | None:
@@ -280,7 +268,7 @@ def _verdict(c: Comparison) -> str:
         elif c.rounds > 1:
             head += "; more rounds could tell only a larger change"
     else:
-        head = f"{name} is {change.describe(f' than {c.baseline}')} (median step time)"
+        head = f"{name} is {change.describe(c.baseline, 'median step time')}"
         if not c.settings_diff:
             head = f"same settings, yet {head}: the machine changed between the runs, not the settings"
     if len(times) > 1:
@@ -348,9 +336,10 @@ def _warnings(c: Comparison, summaries: Sequence[RunSummary]) -> list[str]:
 def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
     """Runs that fail a ``--fail-if-slower limit_pct`` gate: name -> percent slower than the baseline.
 
-    A run fails when its median step time is more than ``limit_pct`` percent above the baseline's AND the
-    slowdown is significant (its interval lies above 1). A run without an interval (a summary with no
-    per-step samples) is judged on the medians alone, as :func:`gate_lines` says. Raises
+    A run fails when its median step time is significantly more than ``limit_pct`` percent above the
+    baseline's: the whole interval of the ratio lies above ``1 + limit_pct / 100``, so noise alone (an
+    interval around 1) never fails the gate. A run without an interval (a summary with no per-step samples)
+    is judged on the medians alone, as :func:`gate_lines` says. Raises
     :class:`CompareError` when a run has no median step time: a gate must not pass what it could not measure.
     """
     row = comparison.metric("step_time_median_ms")
@@ -361,7 +350,14 @@ def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
     return {
         name: pct
         for name, pct in comparison.slower_than_baseline.items()
-        if pct > limit_pct and (name not in comparison.changes or comparison.changes[name].verdict == SLOWER)
+        if pct > limit_pct
+        and (
+            name not in comparison.changes
+            or (
+                comparison.changes[name].verdict == SLOWER
+                and comparison.changes[name].low > 1 + limit_pct / 100
+            )
+        )
     }
 
 
@@ -379,12 +375,12 @@ def gate_lines(comparison: Comparison, limit_pct: float) -> list[str]:
         else:
             why = f", {change.confidence:.0%} interval {change.low:.2f}x-{change.high:.2f}x, {change.method}"
         if name in failing:
-            significant = "" if change is None else " and the slowdown is significant"
+            significant = "" if change is None else ", significantly (the whole interval is above it)"
             lines.append(f"{where}{why}): more than --fail-if-slower {limit_pct:g}%{significant}")
         else:
             lines.append(
-                f"{where}{why}): more than --fail-if-slower {limit_pct:g}%, but not significant: "
-                "the gate passes (noise cannot be told from a slowdown)"
+                f"{where}{why}): more than --fail-if-slower {limit_pct:g}%, but not significantly (the "
+                "interval reaches below it): the gate passes, noise cannot be told from this slowdown"
             )
     return lines
 

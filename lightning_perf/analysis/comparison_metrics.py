@@ -1,14 +1,21 @@
-"""The metrics ``compare`` puts side by side: how each is read from a run summary, and the check that it can be.
+"""What ``compare`` puts side by side: the metrics (how each is read from a run summary, and the check that it
+can be), the settings that differ, and labels for runs taken from those settings.
 
 Pure; shared by the comparison, the HParams tab (``headline_metrics``) and run discovery (``check_summary``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from lightning_perf.analysis.summary import RunSummary, Settings, TimingSummary, UtilizationSummary
+
+# Settings that describe the machine and software rather than a choice the user made: a difference here is
+# flagged as a warning (the figures may reflect the machine, not the change), not listed as a setting change.
+ENVIRONMENT_KEYS = ("host", "cpu_count", "gpu_name", "torch_version", "lightning_version", "cuda_version")
 
 
 @dataclass(frozen=True)
@@ -113,3 +120,24 @@ def check_summary(summary: RunSummary) -> None:
             raise ValueError(f"cannot read {spec.key}: {err}") from err
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ValueError(f"{spec.key} is {value!r}, expected a number or null")
+
+
+def settings_diffs(summaries: Sequence[RunSummary]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """(settings, environment): key -> value per run, only the keys whose values differ between runs."""
+    settings: dict[str, list[Any]] = {}
+    environment: dict[str, list[Any]] = {}
+    for f in dataclasses.fields(Settings):
+        values = [getattr(s.settings, f.name) for s in summaries]
+        if any(v != values[0] for v in values[1:]):
+            (environment if f.name in ENVIRONMENT_KEYS else settings)[f.name] = values
+    return settings, environment
+
+
+def labels_from_settings(summaries: Sequence[RunSummary], names: Sequence[str]) -> list[str]:
+    """A label per run from the settings that differ (``num_workers=4,pin_memory=True``); its name where none
+    differ or two runs would get the same label."""
+    differing, _ = settings_diffs(summaries)
+    labels = [",".join(f"{key}={values[i]}" for key, values in differing.items()) for i in range(len(names))]
+    if not differing or len(set(labels)) != len(labels):
+        return list(names)
+    return labels

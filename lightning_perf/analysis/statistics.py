@@ -61,14 +61,18 @@ class MetricChange:
     def significant(self) -> bool:
         return self.verdict != NO_DIFFERENCE
 
-    def describe(self, what: str = "") -> str:
-        """``1.25x slower (95% interval 1.10x-1.41x)`` or ``no measurable difference (0.97x-1.05x)``."""
+    def describe(self, than: str = "", metric: str = "") -> str:
+        """``1.25x slower than a (median step time, 95% interval of the ratio 1.10x-1.41x)``, or
+        ``no measurable difference from a (ratio 1.01x, 95% interval 0.97x-1.05x)``."""
         bounds = f"{self.low:.2f}x-{self.high:.2f}x"
+        about = f"{metric}, " if metric else ""
         level = f"{self.confidence:.0%}"
         if not self.significant:
-            return f"{NO_DIFFERENCE}{what} (ratio {self.ratio:.2f}x, {level} interval {bounds})"
+            whom = f" from {than}" if than else ""
+            return f"{NO_DIFFERENCE}{whom} ({about}ratio {self.ratio:.2f}x, {level} interval {bounds})"
         factor = 1.0 / self.ratio if self.verdict == FASTER else self.ratio
-        return f"{factor:.2f}x {self.verdict}{what} ({level} interval of the ratio {bounds})"
+        whom = f" than {than}" if than else ""
+        return f"{factor:.2f}x {self.verdict}{whom} ({about}{level} interval of the ratio {bounds})"
 
 
 def _check_confidence(confidence: float) -> None:

@@ -11,6 +11,7 @@ GPU clocks and throttle reasons belong to the NVML sampler (``collect/nvml.py``)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -89,10 +90,8 @@ def machine_state(start: _Reading, end: _Reading, cpu_count: int | None, psutil:
         state.own_cores = own / wall
         state.other_cores = max(0.0, busy_cores - state.own_cores)
         state.steal_pct = 100.0 * (end.steal_s - start.steal_s) / total
-    try:
+    with contextlib.suppress(AttributeError, OSError):  # no load average on Windows
         state.load_avg_1m = os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on Windows
-        pass
     try:
         freq = psutil.cpu_freq()
         if freq is not None and freq.current:
