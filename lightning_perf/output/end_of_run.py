@@ -94,12 +94,23 @@ def analyse(
         )
         dataloader = train_dataloader(trainer)
         if wanted and dataloader is not None:
+            from lightning_perf.probes.num_workers import probe_budget
             from lightning_perf.probes.num_workers import probe_num_workers as probe
 
-            compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
-            summary.probes["num_workers"] = dataclasses.asdict(
-                probe(dataloader, compute, budget_s=probe_budget_s)
-            )
+            budget = probe_budget(summary.timing.train_wall_s, probe_budget_s, probe_num_workers)
+            if budget is None:
+                rank_zero_info(
+                    f"lightning-perf: num_workers probe skipped: the fit trained {summary.timing.train_wall_s:.1f} s, "
+                    "too short for a measured verdict (probe_num_workers='always' forces it)"
+                )
+            else:
+                rank_zero_info(f"lightning-perf: measuring num_workers for up to {budget:.1f} s ...")
+                compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
+                found = probe(dataloader, compute, budget_s=budget)
+                summary.probes["num_workers"] = dataclasses.asdict(found)
+                rank_zero_info(
+                    f"lightning-perf: num_workers probe: suggests {found.suggested}: {found.reason}"
+                )
     summary.findings = diagnose(summary)
 
 
