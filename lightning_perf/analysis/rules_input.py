@@ -44,7 +44,9 @@ def graded_words(summary: RunSummary, verdict: str) -> tuple[str, str]:
     if low is None or high is None:
         return verdict, ""
     interval = f", 95% interval {_fmt(low)}-{_fmt(high)}% from the per-step samples"
-    grades = [g for g in reversed(VERDICTS) if g in {wait_share_grade(low), wait_share_grade(high), verdict}]
+    # every grade from the interval's low end to its high end (VERDICTS run from highly to not)
+    ends = [VERDICTS.index(g) for g in (wait_share_grade(low), wait_share_grade(high), verdict)]
+    grades = list(reversed(VERDICTS[min(ends) : max(ends) + 1]))
     if len(grades) == 1:
         return verdict, interval
     # "not input-bound" + "moderately input-bound" -> "not or moderately input-bound"
@@ -52,7 +54,7 @@ def graded_words(summary: RunSummary, verdict: str) -> tuple[str, str]:
     spanned = ", ".join(words[:-1]) + " or " + words[-1] + " input-bound"
     lines = [line for line in (INPUT_BOUND_MODERATE_PCT, INPUT_BOUND_HIGH_PCT) if low < line <= high]
     crossing = " and ".join(f"{_fmt(line)}%" for line in lines)
-    return spanned, interval + f", across the {crossing} line"
+    return spanned, interval + f", across the {crossing} line" + ("s" if len(lines) > 1 else "")
 
 
 def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
@@ -62,7 +64,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     words, interval = graded_words(summary, verdict)
     evidence = f"DataLoader wait is {_fmt(timing.data_wait_pct)}% of step time{interval}" + medians(summary)
     if verdict == VERDICTS[2]:
-        below = "" if interval.endswith("line") else f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line)"
+        below = "" if "across the" in interval else f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line)"
         return Finding(
             id="input_bound",
             severity="info",
