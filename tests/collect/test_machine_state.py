@@ -17,12 +17,11 @@ BURN_S = 1.0
 def test_a_busy_child_counts_as_ours_and_an_outside_process_as_other():
     watch = MachineWatch()
     # a child of ours (as a DataLoader worker is) burning CPU: our cores, not "other processes"
-    subprocess.run(
-        [sys.executable, "-c", f"import time\nend=time.time()+{BURN_S}\nwhile time.time()<end: pass"]
-    )
+    # it burns a fixed amount of CPU time, whatever share of a core this shared machine gives it
+    subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 0.5: pass"], check=True)
     state = watch.finish()
-    assert state is not None and state.wall_s >= BURN_S
-    assert state.own_cores is not None and state.own_cores > 0.5
+    assert state is not None and state.wall_s is not None and state.own_cores is not None
+    assert state.own_cores * state.wall_s >= 0.5  # its CPU seconds are counted as ours
     assert state.cpu_count and state.other_cores is not None and 0.0 <= state.other_cores <= state.cpu_count
     assert state.steal_pct is not None and state.steal_pct >= 0.0
     assert state.load_avg_1m is not None
