@@ -80,13 +80,10 @@ def variants() -> dict[str, dict]:
     }
 
 
-def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) -> float:
-    model = TinyTimedModel()
-    if options.get("profiler") == "simple":
-        # to a file, not stdout (same profiler, same cost)
-        options = {**options, "profiler": SimpleProfiler(dirpath=root, filename="simple")}
-    trainer = L.Trainer(
-        default_root_dir=os.path.join(root, name.replace(" ", "_")),
+def quiet_trainer(root: str, steps: int, **options) -> L.Trainer:
+    """A Trainer for ``steps`` training steps: logging every 50 steps, no progress bar, checkpoints or validation."""
+    return L.Trainer(
+        default_root_dir=root,
         max_steps=steps,
         max_epochs=-1,
         logger=True,
@@ -97,6 +94,14 @@ def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) 
         num_sanity_val_steps=0,
         **options,
     )
+
+
+def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) -> float:
+    model = TinyTimedModel()
+    if options.get("profiler") == "simple":
+        # to a file, not stdout (same profiler, same cost)
+        options = {**options, "profiler": SimpleProfiler(dirpath=root, filename="simple")}
+    trainer = quiet_trainer(os.path.join(root, name.replace(" ", "_")), steps, **options)
     trainer.fit(model, data)
     return model.loop_s
 
@@ -150,18 +155,7 @@ def micro_benchmark(calls: int, rounds: int, data: DataLoader, root: str) -> Non
     steps = 60
     model = MicroBenchModel(steps, calls, rounds)
     perf = PerfCallback(enable_profiler=False, utilization=False, diagnose=False)
-    trainer = L.Trainer(
-        default_root_dir=os.path.join(root, "micro"),
-        max_steps=steps,
-        max_epochs=-1,
-        logger=True,
-        log_every_n_steps=50,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        callbacks=[perf, Callback()],
-    )
+    trainer = quiet_trainer(os.path.join(root, "micro"), steps, callbacks=[perf, Callback()])
     trainer.fit(model, data)
     diffs = [p - e for p, e in model.per_round_us]
     interval = ttest_1samp(diffs, 0.0).confidence_interval(0.95)

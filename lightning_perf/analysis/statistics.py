@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 CONFIDENCE = 0.95
 # Bootstrap resamples: 2000 keeps the Monte-Carlo error of a 95% percentile bound near 0.5% of its width
@@ -107,7 +108,6 @@ def share_interval(
     Used for the DataLoader wait's share of step time. ``None`` with fewer than :data:`MIN_SAMPLES` steps.
     """
     import numpy as np
-    from scipy.stats import bootstrap
 
     _check_confidence(confidence)
     if len(part) != len(whole):
@@ -118,10 +118,22 @@ def share_interval(
     def share(p: np.ndarray, w: np.ndarray, axis: int = -1) -> np.ndarray:
         return 100.0 * p.sum(axis=axis) / np.maximum(w.sum(axis=axis), 1e-12)
 
+    return _percentile_bootstrap(
+        (np.asarray(part, dtype=float), np.asarray(whole, dtype=float)), share, True, confidence
+    )
+
+
+def _percentile_bootstrap(
+    data: tuple, statistic: Any, paired: bool, confidence: float
+) -> tuple[float, float]:
+    """``scipy.stats.bootstrap`` percentile interval, vectorised, with the fixed seed (same runs, same answer)."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
     result = bootstrap(
-        (np.asarray(part, dtype=float), np.asarray(whole, dtype=float)),
-        share,
-        paired=True,
+        data,
+        statistic,
+        paired=paired,
         vectorized=True,
         confidence_level=confidence,
         n_resamples=BOOTSTRAP_RESAMPLES,
@@ -145,7 +157,7 @@ def compare_samples(
     than :data:`MIN_SAMPLES` samples.
     """
     import numpy as np
-    from scipy.stats import bootstrap, mannwhitneyu
+    from scipy.stats import mannwhitneyu
 
     _check_confidence(confidence)
     reducers = {
@@ -166,17 +178,7 @@ def compare_samples(
     def ratio(b: np.ndarray, r: np.ndarray, axis: int = -1) -> np.ndarray:
         return reduce(r, axis) / np.maximum(reduce(b, axis), 1e-12)
 
-    result = bootstrap(
-        (base, run),
-        ratio,
-        vectorized=True,
-        paired=False,
-        confidence_level=confidence,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(BOOTSTRAP_SEED),
-    )
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    low, high = _percentile_bootstrap((base, run), ratio, False, confidence)
     p_value = float(mannwhitneyu(base, run, alternative="two-sided").pvalue)
     point = float(reduce(run, -1)) / base_value
     separated = (low > 1.0 or high < 1.0) and p_value < 1.0 - confidence
