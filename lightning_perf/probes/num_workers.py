@@ -283,7 +283,7 @@ def segment_rates(times: list[float], segments: int) -> list[float]:
     size = len(intervals) // segments
     rates = []
     for k in range(segments):
-        chunk = intervals[k * size : (k + 1) * size]
+        chunk = intervals[k * size : (k + 1) * size if k < segments - 1 else None]  # the last takes the rest
         elapsed = sum(end - start for start, end in chunk)
         if elapsed > 0:
             rates.append(len(chunk) / elapsed)

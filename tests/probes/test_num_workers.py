@@ -260,8 +260,10 @@ def test_segments_time_the_steady_stream_without_spanning_a_restart():
     from lightning_perf.probes.num_workers import segment_rates
 
     # 10 batches/s, then a restart, then 20 batches/s: three segments of three intervals
-    times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, float("nan"), 5.0, 5.05, 5.1, 5.15]
+    times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, float("nan"), 5.0, 5.05, 5.1, 5.15]
     assert segment_rates(times, 3) == pytest.approx([10.0, 10.0, 20.0])
+    # intervals that do not divide evenly: the last segment takes the rest
+    assert segment_rates([0.0, 0.1, 0.2, 0.3, 0.4], 3) == pytest.approx([10.0, 10.0, 10.0])
     assert segment_rates([0.0, 0.1], 3) == []
 
 
