@@ -10,7 +10,7 @@ Example::
 
 Each variant is a short ``fit`` of the Lightning CLI config with the variant's overrides and a PerfCallback:
 model and data given by ``class_path``, or plain ``model:``/``data:`` sections of a CLI with fixed classes
-named by ``--cli module:function``. The variants run ``--repeats`` times in interleaved rounds (A B A B ...),
+named by ``--cli module:function``. The variants run ``--repeats`` times in interleaved rounds (A B, B A, ...),
 each round in its own process, so a crash, a hang (``--timeout-s``) or a global flag set by one variant cannot
 touch the others; ``--warmup-steps`` steps at the start of each round are left out. Each round is logged as
 its own TensorBoard run ``<log dir>/<experiment>/<variant>/round_<i>``. Then the variants that ran are

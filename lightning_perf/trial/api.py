@@ -10,7 +10,8 @@ fits, then the comparison with intervals.
 :func:`run_cli_trial` runs variants of a Lightning CLI config, each round in its own process (``lightning-perf
 trial``), so a crash, a hang or a global flag set by one variant cannot touch the others. The variants run in
 rounds, A B C A B C ..., so a drift of the machine hits all alike; each round is logged as its own TensorBoard
-run ``<log dir>/<experiment>/<variant>/round_<i>`` (``<variant>`` alone with one round). The variants that ran
+run ``<log dir>/<experiment>/<variant>/round_<i>`` (``<variant>`` alone with one round); the order within a
+round rotates (A B C, B C A, ...), so whatever the first run of a round pays falls on each variant in turn. The variants that ran
 are compared against the first of them over the per-round ratios, written into TensorBoard as
 ``<experiment>/perf_compare`` and saved as ``<experiment>/comparison.json``. Lightning is imported only by the
 worker (and :func:`run_trial`).
@@ -70,13 +71,22 @@ def _median_ms(summary: RunSummary | None) -> float | None:
     return dist.median if dist is not None else None
 
 
+def round_order(outcomes: list[VariantResult], round_index: int) -> list[tuple[int, VariantResult]]:
+    """The variants of round ``round_index`` (from 1), numbered as requested, the order rotated by one each
+    round (A B C, B C A, C A B, ...): whatever the first run of a round pays (a cold cache, the previous run's
+    clean-up) falls on every variant in turn instead of always on the baseline."""
+    numbered = list(enumerate(outcomes, start=1))
+    shift = (round_index - 1) % len(numbered)
+    return numbered[shift:] + numbered[:shift]
+
+
 def _run_rounds(
     result: TrialResult,
     outcomes: list[VariantResult],
     run_one: Callable[[VariantResult, str, str, Callable[[int, int], None]], str | None],
     progress: bool,
 ) -> None:
-    """Run every variant once a round, ``result.repeats`` rounds (A B C A B C ...), then pool each's rounds.
+    """Run every variant once a round, ``result.repeats`` rounds (rotated: A B C, B C A, ...), then pool each's.
 
     ``run_one(outcome, version, run_dir, report)`` fits one round and returns ``None`` or a one-line error.
     A variant whose round fails runs no further rounds.
@@ -86,7 +96,7 @@ def _run_rounds(
     reporter = Progress(result.repeats, len(outcomes), total, enabled=progress)
     try:
         for round_index in range(1, result.repeats + 1):
-            for index, outcome in enumerate(outcomes, start=1):
+            for index, outcome in round_order(outcomes, round_index):
                 if outcome.status == "failed":
                     continue
                 version = (
@@ -157,7 +167,7 @@ def run_trial(
     repeats: int = DEFAULT_REPEATS,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
 ) -> TrialResult:
-    """Fit each variant ``repeats`` times in interleaved rounds (A B A B ...), in this process, then compare.
+    """Fit each variant ``repeats`` times in interleaved rounds (A B, B A, ...), in this process, then compare.
 
     Every round fits ``warmup_steps + steps`` steps with a PerfCallback; the warm-up steps are left out of the
     figures. Variants are compared over the per-round ratios (``result.comparison.changes``: each variant's

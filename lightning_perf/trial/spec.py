@@ -150,7 +150,11 @@ class TrialResult:
 
     def plan(self) -> str:
         order = " ".join(v.name for v in self.variants[:3]) + (" ..." if len(self.variants) > 3 else "")
-        rounds = f"{self.repeats} interleaved rounds ({order} per round)" if self.repeats > 1 else "one round"
+        rounds = (
+            f"{self.repeats} interleaved rounds ({order}, the order rotated each round)"
+            if self.repeats > 1
+            else "one round"
+        )
         return (
             f"trial {self.name}: {len(self.variants)} variants x {rounds}, {self.steps} timed steps each after "
             f"{self.warmup_steps} warm-up steps"

@@ -53,6 +53,10 @@ TRIAL_SEED = 0
 PROGRESS_REPORTS = 10
 
 
+# messages already printed in this process
+_SAID: set[str] = set()
+
+
 class TrialProgress(Callback):
     """Calls ``report(step, steps)`` about every 10% of the steps (``trainer.global_step``) and at the end."""
 
@@ -84,10 +88,10 @@ def prepare_trainer(
     left_out = [cb for cb in trainer.callbacks if isinstance(cb, (Checkpoint, EarlyStopping))]
     if left_out:
         names = ", ".join(type(cb).__name__ for cb in left_out)
-        print(
-            f"lightning-perf trial: callbacks left out (no checkpoints, no validation): {names}",
-            file=sys.stderr,
-        )
+        message = f"lightning-perf trial: callbacks left out (no checkpoints, no validation): {names}"
+        if message not in _SAID:  # once a process, not once a round
+            _SAID.add(message)
+            print(message, file=sys.stderr)
     callbacks = [cb for cb in trainer.callbacks if not any(cb is other for other in left_out)]
     perf = next((cb for cb in callbacks if isinstance(cb, PerfCallback)), None)
     if perf is None:

@@ -97,14 +97,14 @@ def test_cli_trial_runs_each_variant_as_its_own_run_and_compares_them(workdir, c
         "verdict:" in out
         and "method: paired t-interval of the log per-round ratios (2 interleaved rounds" in out
     )
-    assert "2 interleaved rounds (baseline workers2 per round)" in out
-    # progress on stderr: a bar, and a line per round as it ends, interleaved A B A B
+    assert "2 interleaved rounds (baseline workers2, the order rotated each round)" in out
+    # progress on stderr: a bar, and a line per round as it ends, interleaved A B, B A
     finished = re.findall(r"\[round (\d)/2 (\d)/2\] (\w+): done in [\d.]+ s \(median step [\d.]+ ms\)", err)
     assert finished == [
         ("1", "1", "baseline"),
         ("1", "2", "workers2"),
+        ("2", "2", "workers2"),  # the order rotates each round
         ("2", "1", "baseline"),
-        ("2", "2", "workers2"),
     ]
     assert "step/s" in err or "s/step" in err  # tqdm's rate (and ETA) on the bar
     assert png.read_bytes().startswith(b"\x89PNG")

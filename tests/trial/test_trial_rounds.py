@@ -33,7 +33,15 @@ def test_run_trial_two_variants_three_rounds_interleaves_and_reports_intervals(t
     out, err = capsys.readouterr()
 
     finished = re.findall(r"\[round (\d)/3 \d/2\] (\w+): done", err)
-    assert finished == [(r, name) for r in "123" for name in ("fast", "slow")]  # A B A B A B
+    # interleaved, the order rotated each round: A B, B A, A B
+    assert finished == [
+        ("1", "fast"),
+        ("1", "slow"),
+        ("2", "slow"),
+        ("2", "fast"),
+        ("3", "fast"),
+        ("3", "slow"),
+    ]
     for variant in result.variants:
         assert variant.ok and len(variant.rounds) == 3
         assert [Path(d).name for d in variant.round_dirs] == ["round_1", "round_2", "round_3"]
@@ -49,7 +57,10 @@ def test_run_trial_two_variants_three_rounds_interleaves_and_reports_intervals(t
     assert change.confidence == 0.95 and "3 interleaved rounds" in change.method
     assert "slow is" in result.comparison.verdict and "95% interval" in result.comparison.verdict
     assert result.render() == out  # printed when progress is on
-    assert "method: paired t-interval" in out and "3 interleaved rounds (fast slow per round)" in out
+    assert (
+        "method: paired t-interval" in out
+        and "3 interleaved rounds (fast slow, the order rotated each round)" in out
+    )
 
 
 def test_trial_takes_a_plain_config_of_a_cli_with_fixed_classes(tmp_path, capsys, monkeypatch):
