@@ -9,7 +9,15 @@ is the floor) and by the no-callback variant.
 The loop time is taken inside the LightningModule's own ``on_train_start``/``on_train_end`` hooks, which
 Lightning calls in every variant, so the stopwatch adds no callback of its own.
 
-    python benchmarks/bench_overhead.py [--steps 3000] [--rounds 9]
+Then the callback's own cost per batch in microseconds, a figure that does not move with the machine's noise
+the way a whole-fit ratio does: inside a real fit (the callback in its measuring state), one "batch" of
+PerfCallback's work (the timed fetch wrapper and its listener, ``on_train_batch_start``/``on_train_batch_end``,
+and the window flush every ``log_every_n_steps``) is timed over many calls, interleaved round by round with
+the same calls on an empty ``Callback()`` and an untimed fetcher; the per-round differences give the cost and
+its 95% interval (Student t, ``scipy.stats.ttest_1samp``). The ratio for any step time follows from it:
+``1 + cost / step time``.
+
+    python benchmarks/bench_overhead.py [--steps 3000] [--rounds 9] [--calls 20000] [--micro-only]
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lightning_perf import PerfCallback  # noqa: E402
+from lightning_perf.collect import fetch_timing  # noqa: E402
+
+# idle cost target above an empty Callback (issue 16): 2 us a batch, 0.4% of a 0.5 ms step
+TARGET_US = 2.0
 
 
 class TinyTimedModel(L.LightningModule):
@@ -68,13 +80,10 @@ def variants() -> dict[str, dict]:
     }
 
 
-def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) -> float:
-    model = TinyTimedModel()
-    if options.get("profiler") == "simple":
-        # to a file, not stdout (same profiler, same cost)
-        options = {**options, "profiler": SimpleProfiler(dirpath=root, filename="simple")}
-    trainer = L.Trainer(
-        default_root_dir=os.path.join(root, name.replace(" ", "_")),
+def quiet_trainer(root: str, steps: int, **options) -> L.Trainer:
+    """A Trainer for ``steps`` training steps: logging every 50 steps, no progress bar, checkpoints or validation."""
+    return L.Trainer(
+        default_root_dir=root,
         max_steps=steps,
         max_epochs=-1,
         logger=True,
@@ -85,8 +94,83 @@ def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) 
         num_sanity_val_steps=0,
         **options,
     )
+
+
+def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) -> float:
+    model = TinyTimedModel()
+    if options.get("profiler") == "simple":
+        # to a file, not stdout (same profiler, same cost)
+        options = {**options, "profiler": SimpleProfiler(dirpath=root, filename="simple")}
+    trainer = quiet_trainer(os.path.join(root, name.replace(" ", "_")), steps, **options)
     trainer.fit(model, data)
     return model.loop_s
+
+
+class ConstFetcher:
+    """Stands in for Lightning's data fetcher: ``next()`` returns the same batch, so only the wrapper is timed."""
+
+    def __init__(self, batch) -> None:
+        self.batch = batch
+
+    def __next__(self):
+        return self.batch
+
+
+class MicroBenchModel(TinyTimedModel):
+    """At its last batch, times one batch's worth of PerfCallback work against an empty Callback's, in place."""
+
+    def __init__(self, steps: int, calls: int, rounds: int) -> None:
+        super().__init__()
+        self.steps, self.calls, self.rounds = steps, calls, rounds
+        self.per_round_us: list[tuple[float, float]] = []
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if batch_idx != self.steps - 1:
+            return
+        trainer = self.trainer
+        perf = next(cb for cb in trainer.callbacks if isinstance(cb, PerfCallback))
+        empty = next(cb for cb in trainer.callbacks if type(cb) is Callback)
+        timed = ConstFetcher(batch)
+        assert fetch_timing.instrument(timed, perf._fit), "the fit's session is not open"
+        plain = ConstFetcher(batch)
+        for round_index in range(self.rounds):
+            pair = [(perf, timed), (empty, plain)]
+            if round_index % 2:  # alternate which goes first, so neither always runs on a warm cache
+                pair.reverse()
+            costs = {id(cb): self._time(cb, fetcher, trainer, outputs, batch) for cb, fetcher in pair}
+            self.per_round_us.append((costs[id(perf)], costs[id(empty)]))
+
+    def _time(self, callback, fetcher, trainer, outputs, batch) -> float:
+        start = time.perf_counter()
+        for index in range(self.calls):
+            next(fetcher)
+            callback.on_train_batch_start(trainer, self, batch, index)
+            callback.on_train_batch_end(trainer, self, outputs, batch, index)
+        return (time.perf_counter() - start) / self.calls * 1e6
+
+
+def micro_benchmark(calls: int, rounds: int, data: DataLoader, root: str) -> None:
+    from scipy.stats import ttest_1samp
+
+    steps = 60
+    model = MicroBenchModel(steps, calls, rounds)
+    perf = PerfCallback(enable_profiler=False, utilization=False, diagnose=False)
+    trainer = quiet_trainer(os.path.join(root, "micro"), steps, callbacks=[perf, Callback()])
+    trainer.fit(model, data)
+    diffs = [p - e for p, e in model.per_round_us]
+    interval = ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    mean = statistics.fmean(diffs)
+    perf_us = statistics.median(p for p, _ in model.per_round_us)
+    empty_us = statistics.median(e for _, e in model.per_round_us)
+    print(f"\nper-batch cost of PerfCallback's own work, {calls} calls x {rounds} interleaved rounds")
+    print(f"  PerfCallback idle: fetch wrapper + listener + batch hooks   {perf_us:7.2f} us/batch (median)")
+    print(f"  empty Callback():  untimed fetch + batch hooks             {empty_us:7.2f} us/batch (median)")
+    print(
+        f"  idle cost above an empty Callback: {mean:.2f} us/batch, 95% interval {interval.low:.2f}-"
+        f"{interval.high:.2f} us (target <= {TARGET_US:g} us: {'met' if interval.high <= TARGET_US else 'not met'})"
+    )
+    for step_ms in (0.5, 5.0, 50.0):
+        print(f"  on a {step_ms:g} ms step that is {1 + mean / (step_ms * 1e3):.4f}x")
 
 
 def main() -> None:
@@ -95,10 +179,16 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=20000, help="calls per round of the per-batch benchmark")
+    parser.add_argument("--micro-only", action="store_true", help="only the per-batch cost in microseconds")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     data = DataLoader(TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1)), batch_size=4)
+    if args.micro_only:
+        with tempfile.TemporaryDirectory() as root:
+            micro_benchmark(args.calls, max(args.rounds, 5), data, root)
+        return
     names = list(variants())
     times: dict[str, list[float]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as root:
@@ -121,6 +211,8 @@ def main() -> None:
         times["PerfCallback idle (no profiler, no sampler)"]
     )
     print(f"utilization sampler alone: {sampler_cost:.4f}x (idle PerfCallback with vs without the sampler)")
+    with tempfile.TemporaryDirectory() as root:
+        micro_benchmark(args.calls, max(args.rounds, 5), data, root)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ _PUBLIC = {
     "diagnose": "lightning_perf.analysis.diagnosis",
     "compare": "lightning_perf.analysis.comparison",
     "Comparison": "lightning_perf.analysis.comparison",
+    "MetricChange": "lightning_perf.analysis.statistics",
     "run_trial": "lightning_perf.trial.api",
     "Variant": "lightning_perf.trial.spec",
     "TrialResult": "lightning_perf.trial.spec",
@@ -32,6 +33,7 @@ __all__ = [
     "Comparison",
     "Finding",
     "LightningPerfError",
+    "MetricChange",
     "PerfCallback",
     "RunSummary",
     "TrialResult",
@@ -45,6 +47,7 @@ __all__ = [
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ imports on first use
     from lightning_perf.analysis.comparison import Comparison, compare
     from lightning_perf.analysis.diagnosis import diagnose
+    from lightning_perf.analysis.statistics import MetricChange
     from lightning_perf.analysis.summary import Finding, RunSummary
     from lightning_perf.callback import PerfCallback
     from lightning_perf.errors import LightningPerfError

@@ -11,17 +11,11 @@ from Lightning or torch.
 
 from __future__ import annotations
 
-from lightning_perf.analysis import rules_device, rules_input, rules_pipeline, rules_run
+from lightning_perf.analysis import rules_device, rules_input, rules_noise, rules_pipeline, rules_run
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import (
-    INPUT_BOUND_HIGH_PCT,
-    INPUT_BOUND_MODERATE_PCT,
-    SETTING_TARGETS,
-    SEVERITY_ORDER,
-    VERDICTS,
-)
+from lightning_perf.analysis.thresholds import SETTING_TARGETS, SEVERITY_ORDER
 
 # Rule order within one severity is the order findings are shown in.
 RULES = (
@@ -38,6 +32,7 @@ RULES = (
     rules_input.workers_exceed_cores,
     rules_input.workers_saturated,
     rules_run.straggler,
+    rules_noise.noisy_machine,
 )
 
 __all__ = ["RULES", "SETTING_TARGETS", "diagnose", "input_bound_verdict"]
@@ -59,10 +54,4 @@ def diagnose(summary: RunSummary) -> list[Finding]:
 def input_bound_verdict(data_wait_pct: float | None) -> str | None:
     """TensorFlow's grade for a data-wait share in percent; ``None`` when the share was not measured."""
     pct = finite(data_wait_pct)
-    if pct is None:
-        return None
-    if pct >= INPUT_BOUND_HIGH_PCT:
-        return VERDICTS[0]
-    if pct >= INPUT_BOUND_MODERATE_PCT:
-        return VERDICTS[1]
-    return VERDICTS[2]
+    return None if pct is None else rules_input.wait_share_grade(pct)

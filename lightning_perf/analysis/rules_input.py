@@ -18,6 +18,7 @@ from lightning_perf.analysis.rule_helpers import (
 from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.analysis.thresholds import (
     EPOCH_START_SHARE_PCT,
+    INPUT_BOUND_HIGH_PCT,
     INPUT_BOUND_MODERATE_PCT,
     VERDICTS,
     WORKER_SATURATED_PCT,
@@ -29,21 +30,59 @@ from lightning_perf.analysis.thresholds import (
 MIN_STEPS_FOR_INPUT_VERDICT = 20
 
 
+def wait_share_grade(pct: float) -> str:
+    """TensorFlow's grade (one of ``VERDICTS``) for a DataLoader wait share in percent."""
+    if pct >= INPUT_BOUND_HIGH_PCT:
+        return VERDICTS[0]
+    if pct >= INPUT_BOUND_MODERATE_PCT:
+        return VERDICTS[1]
+    return VERDICTS[2]
+
+
+def graded_words(summary: RunSummary, verdict: str) -> tuple[str, str]:
+    """The verdict as worded for people, and the interval's part of the evidence.
+
+    A share whose interval crosses a grade's line gets every grade it spans ("moderately or highly
+    input-bound"), so the wording does not flip between runs that differ only by noise.
+    """
+    timing = summary.timing
+    low, high = _num(timing.data_wait_pct_low), _num(timing.data_wait_pct_high)
+    if low is None or high is None:
+        return verdict, ""
+    interval = f", 95% interval {_fmt(low)}-{_fmt(high)}% from the per-step samples"
+    # every grade from the interval's low end to its high end (VERDICTS run from highly to not)
+    ends = [VERDICTS.index(g) for g in (wait_share_grade(low), wait_share_grade(high), verdict)]
+    grades = list(reversed(VERDICTS[min(ends) : max(ends) + 1]))
+    if len(grades) == 1:
+        return verdict, interval
+    # "not input-bound" + "moderately input-bound" -> "not or moderately input-bound"
+    words = [g.removesuffix(" input-bound") for g in grades]
+    spanned = ", ".join(words[:-1]) + " or " + words[-1] + " input-bound"
+    lines = [line for line in (INPUT_BOUND_MODERATE_PCT, INPUT_BOUND_HIGH_PCT) if low < line <= high]
+    crossing = " and ".join(f"{_fmt(line)}%" for line in lines)
+    return spanned, interval + f", across the {crossing} line" + ("s" if len(lines) > 1 else "")
+
+
 def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     if verdict is None:
         return None
     wait = input_wait(summary)
-    if wait.source == "host-side DataLoader wait":
-        evidence = f"DataLoader wait is {_fmt(wait.value)}% of step time" + medians(summary)
+    if wait.source == "host-side DataLoader wait":  # its interval comes from the host's per-step samples
+        words, interval = graded_words(summary, verdict)
+        evidence = f"DataLoader wait is {_fmt(wait.value)}% of step time{interval}" + medians(summary)
     else:  # on a GPU: its own account, and which one
+        words, interval = verdict, ""
         evidence = f"Input wait is {_fmt(wait.value)}% of step time ({wait.source})"
     if verdict == VERDICTS[2]:
+        below = "" if "across the" in interval else f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line)"
         return Finding(
             id="input_bound",
             severity="info",
-            title="Training is not input-bound",
-            evidence=evidence + f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line).",
-            recommendation="The DataLoader keeps up; look at compute, not the input pipeline.",
+            title=f"Training is {words}",
+            evidence=evidence + f"{below}.",
+            recommendation="The DataLoader keeps up; look at compute, not the input pipeline."
+            if words == verdict
+            else "The DataLoader mostly keeps up; look at compute first, the input pipeline second.",
         )
     timing = summary.timing
     if timing.steps < MIN_STEPS_FOR_INPUT_VERDICT and "num_workers" not in summary.probes:  # a probe measured
@@ -67,7 +106,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
         )
     else:
         recommendation = "Raise `num_workers` in the training DataLoader (current value and cores unknown)."
-    return Finding("input_bound", severity, f"Training is {verdict}", evidence + ".", recommendation, change)
+    return Finding("input_bound", severity, f"Training is {words}", evidence + ".", recommendation, change)
 
 
 def pin_memory(summary: RunSummary, verdict: str | None) -> Finding | None:

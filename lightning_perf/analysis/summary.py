@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.analysis.statistics import median_interval
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.atomic_file import atomic_open
 from lightning_perf.errors import LightningPerfError
@@ -37,9 +38,20 @@ class SummaryError(LightningPerfError, ValueError):
     """A summary file is missing, truncated, corrupt or of an unknown schema. The message names the file."""
 
 
+# Per-step samples kept in a summary, for the tests ``compare`` runs on them: enough for a bootstrap of the
+# median (a 95% interval moves by under 1% beyond ~1000 samples) while a summary stays well under 100 kB.
+MAX_SAMPLES = 2000
+# Decimals of a kept sample in milliseconds: 0.1 us, far below the clock's jitter.
+SAMPLE_DECIMALS = 4
+
+
 @dataclass
 class Distribution:
-    """Order statistics of one per-step quantity (all in the unit the field name gives)."""
+    """Order statistics of one per-step quantity (all in the unit the field name gives).
+
+    ``median_low``/``median_high`` bound the median at 95% confidence (order statistics; ``None`` with fewer
+    than 6 values), so a reader can tell a real change of the median from noise.
+    """
 
     count: int
     mean: float
@@ -47,6 +59,9 @@ class Distribution:
     p90: float
     min: float
     max: float
+    p10: float | None = None
+    median_low: float | None = None
+    median_high: float | None = None
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Distribution | None:
@@ -54,6 +69,7 @@ class Distribution:
         if not values:
             return None
         ordered = sorted(values)
+        interval = median_interval(ordered)
         return cls(
             count=len(ordered),
             mean=statistics.fmean(ordered),
@@ -61,7 +77,16 @@ class Distribution:
             p90=percentile(ordered, 90.0),
             min=ordered[0],
             max=ordered[-1],
+            p10=percentile(ordered, 10.0),
+            median_low=float(interval[0]) if interval else None,
+            median_high=float(interval[1]) if interval else None,
         )
+
+
+def thinned(values: Sequence[float], limit: int = MAX_SAMPLES) -> list[float]:
+    """At most ``limit`` of ``values``, evenly spaced and in order (a run's drift stays visible), rounded."""
+    step = max(1, math.ceil(len(values) / limit))
+    return [round(v, SAMPLE_DECIMALS) for v in values[::step]]
 
 
 def percentile(ordered: Sequence[float], pct: float) -> float:
@@ -83,8 +108,10 @@ class TimingSummary:
     step_time_ms: Distribution | None = None
     data_wait_ms: Distribution | None = None
     compute_ms: Distribution | None = None
-    # share of the summed step time spent blocked on the DataLoader
+    # share of the summed step time spent blocked on the DataLoader, and its 95% interval (bootstrap)
     data_wait_pct: float | None = None
+    data_wait_pct_low: float | None = None
+    data_wait_pct_high: float | None = None
     samples_per_sec: float | None = None
     batches_per_sec: float | None = None
     # the first fetch of every epoch (worker start-up), kept apart from the per-batch wait
@@ -101,6 +128,9 @@ class TimingSummary:
     gpu_data_wait_ms: Distribution | None = None
     gpu_compute_ms: Distribution | None = None
     gpu_data_wait_pct: float | None = None
+    # per-step samples in step order (at most MAX_SAMPLES, evenly thinned): step time and its DataLoader wait
+    step_samples_ms: list[float] = field(default_factory=list)
+    wait_samples_ms: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +172,25 @@ class UtilizationSummary:
     cpu: CpuUtilization | None = None
     # readings NVML cannot give on the device in use (e.g. utilization on a MIG instance), with its answer
     gpu_metrics_unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MachineState:
+    """What else the machine did while the run measured (see ``lightning_perf.collect.machine_state``).
+
+    ``other_cores`` is CPU time used by other processes (the whole machine's busy time minus this process and
+    its children, e.g. DataLoader workers) per second of the run, in cores; ``steal_pct`` is the share of CPU
+    time the hypervisor gave to other guests; ``load_avg_1m`` is the 1-minute load average at the end.
+    """
+
+    wall_s: float | None = None
+    cpu_count: int | None = None
+    own_cores: float | None = None
+    other_cores: float | None = None
+    steal_pct: float | None = None
+    load_avg_1m: float | None = None
+    cpu_freq_mhz: float | None = None
+    cpu_freq_max_mhz: float | None = None
 
 
 @dataclass
@@ -239,6 +288,8 @@ class RunSummary:
     probes: dict[str, Any] = field(default_factory=dict)
     # what each profiled cycle with CUDA activity shows (traces.gpu_figures), in the order recorded
     trace_figures: list[TraceFigures] = field(default_factory=list)
+    # the machine's state during the run; None when it could not be read
+    machine: MachineState | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

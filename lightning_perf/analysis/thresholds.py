@@ -57,3 +57,11 @@ SETTING_TARGETS = {
     # in `on_after_batch_transfer` (see rules_pipeline.batched_transforms)
     "batched_transforms": "LightningModule",
 }
+
+# A machine is "noisy" when other processes took this share of its CPU capacity during the run. pyperf
+# (Python's benchmark runner) calls a result unstable when its spread exceeds 10% of the mean; CPU time taken
+# by others is the commonest cause, so the same 10% of the machine is the line here.
+NOISY_OTHER_CPU_SHARE = 0.10
+# Steal time (a hypervisor serving other guests) above this share of CPU time. Our choice: half the line
+# above, since steal takes whole time slices from this guest's own CPUs.
+NOISY_STEAL_PCT = 5.0

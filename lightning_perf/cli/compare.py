@@ -5,10 +5,11 @@ Examples::
     lightning-perf compare lightning_logs       # every run below the root, version_2 before version_10
     lightning-perf compare logs/exp/baseline logs/exp/workers4 --png compare.png
     lightning-perf compare lightning_logs --baseline version_0 --fail-if-slower 5 --no-tensorboard   # CI gate
+    lightning-perf compare logs/v0 logs/v1 --label before --label after   # or --label-from-settings
 
 Prints a table (``--format text|markdown|json``) and writes the comparison into TensorBoard as its own run,
 ``<common log root>/perf_compare`` by default, so it shows beside the runs. Exit codes: 0 fine, 1 a run is
-slower than ``--fail-if-slower`` allows, 2 bad input (missing, corrupt or partial summary, bad argument).
+significantly slower than ``--fail-if-slower`` allows, 2 bad input (missing, corrupt or partial summary, bad argument).
 matplotlib and torch's SummaryWriter are imported only when a chart or TensorBoard output is written.
 """
 
@@ -19,7 +20,9 @@ import json
 import os
 import sys
 
-from lightning_perf.analysis.comparison import CompareError, compare, render_markdown, render_text, to_json
+from lightning_perf.analysis.comparison import CompareError, compare
+from lightning_perf.analysis.comparison_metrics import labels_from_settings
+from lightning_perf.analysis.comparison_render import render_markdown, render_text, to_json
 from lightning_perf.analysis.run_discovery import baseline_index, common_root, find_runs, load_summary
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, SummaryError
 from lightning_perf.cli.common import EXIT_OK, add_fail_if_slower, add_format, error, gate
@@ -54,6 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"TensorBoard run dir for the comparison (default: <common log root>/{TENSORBOARD_SUBDIR})",
     )
     add_fail_if_slower(parser)
+    labels = parser.add_mutually_exclusive_group()
+    labels.add_argument(
+        "--label",
+        action="append",
+        metavar="NAME",
+        help="a label for each run in the order found (repeat once per run), shown instead of its directory",
+    )
+    labels.add_argument(
+        "--label-from-settings",
+        action="store_true",
+        help="label each run by the settings that differ, e.g. num_workers=4 (its directory where none do)",
+    )
     parser.add_argument(
         "--allow-partial",
         action="store_true",
@@ -80,7 +95,19 @@ def _run(args: argparse.Namespace) -> int:
     if len(runs) < 2:
         raise CompareError(f"need at least two runs to compare, found one: {runs[0][1]}")
     summaries = [load_summary(directory, allow_partial=args.allow_partial) for _, directory in runs]
-    comparison = compare(summaries, [name for name, _ in runs], baseline=baseline)
+    names = [name for name, _ in runs]
+    if args.label:
+        if len(args.label) != len(runs):
+            raise CompareError(
+                f"--label: given {len(args.label)} labels for {len(runs)} runs ({', '.join(names)}); give one "
+                "per run, in that order"
+            )
+        if len(set(args.label)) != len(args.label):
+            raise CompareError(f"--label: labels must be unique, got {args.label}")
+        names = list(args.label)
+    elif args.label_from_settings:
+        names = labels_from_settings(summaries, names)
+    comparison = compare(summaries, names, baseline=baseline)
 
     if args.format == "json":
         print(json.dumps(to_json(comparison), indent=2, allow_nan=False))

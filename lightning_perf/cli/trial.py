@@ -5,16 +5,23 @@ Example::
     lightning-perf trial --config config.yaml --steps 40 --variant baseline \\
         --variant workers4:data.init_args.num_workers=4 --variant cudnn:trainer.benchmark=true
 
-Each variant is a short ``fit`` of the Lightning CLI config (model and data given by ``class_path``) with the
-variant's overrides and a PerfCallback. It runs in its own process, so a crash, a hang (``--timeout-s``) or a
-global flag set by one variant cannot touch the others, and is logged as its own TensorBoard run
-``<log dir>/<experiment>/<variant>``. Then the variants that ran are compared against the first of them: the
-table is printed, written into TensorBoard as the run ``<experiment>/perf_compare`` and saved as
-``<experiment>/comparison.json``. Progress goes to stderr, so ``--format json`` keeps stdout machine-readable.
+    lightning-perf trial --cli mypackage.train:MyCLI --config plain.yaml --steps 40 --repeats 5 \
+        --variant baseline --variant workers4:data.num_workers=4 --png trial.png
+
+Each variant is a short ``fit`` of the Lightning CLI config with the variant's overrides and a PerfCallback:
+model and data given by ``class_path``, or plain ``model:``/``data:`` sections of a CLI with fixed classes
+named by ``--cli module:function``. The variants run ``--repeats`` times in interleaved rounds (A B, B A, ...),
+each round in its own process, so a crash, a hang (``--timeout-s``) or a global flag set by one variant cannot
+touch the others; ``--warmup-steps`` steps at the start of each round are left out. Each round is logged as
+its own TensorBoard run ``<log dir>/<experiment>/<variant>/round_<i>``. Then the variants that ran are
+compared against the first of them over the per-round ratios, with an interval and a verdict: the table is
+printed, written into TensorBoard as the run ``<experiment>/perf_compare`` and saved as
+``<experiment>/comparison.json``. A progress bar with its ETA goes to stderr, so ``--format json`` keeps
+stdout machine-readable.
 
 
 Exit codes: 0 every variant ran; 1 a variant failed, fewer than two could be compared, or one is slower than
-``--fail-if-slower`` allows; 2 bad arguments; 130 interrupted. Lightning is imported only by the worker (and :func:`run_trial`).
+``--fail-if-slower`` allows (significantly); 2 bad arguments; 130 interrupted. Lightning is imported only by the worker (and :func:`run_trial`).
 """
 
 from __future__ import annotations
@@ -35,11 +42,15 @@ from lightning_perf.cli.common import (
     error,
     gate,
 )
+from lightning_perf.output.comparison_chart import write_png
 from lightning_perf.trial.api import run_cli_trial
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
+    DEFAULT_REPEATS,
+    DEFAULT_WARMUP_STEPS,
     TrialError,
     check_configs,
+    check_count,
     check_name,
     check_steps,
     check_variant_names,
@@ -57,9 +68,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="CFG.yaml",
-        help="Lightning CLI config with model and data given by class_path (repeat to merge several)",
+        help="Lightning CLI config (repeat to merge several): model and data by class_path, or plain "
+        "model:/data: sections with --cli",
     )
-    parser.add_argument("--steps", type=int, required=True, metavar="N", help="training steps per variant")
+    parser.add_argument(
+        "--cli",
+        metavar="MODULE:FUNCTION",
+        help="how to build the CLI for a config with plain model:/data: sections: a LightningCLI subclass, a "
+        "LightningModule class, or a function returning one of them or (model class, datamodule class)",
+    )
+    parser.add_argument(
+        "--steps", type=int, required=True, metavar="N", help="timed training steps per variant and round"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        metavar="N",
+        help=f"interleaved rounds per variant (default: {DEFAULT_REPEATS}); more rounds, narrower intervals",
+    )
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=DEFAULT_WARMUP_STEPS,
+        metavar="N",
+        help=f"steps run before the timed ones in every round, left out (default: {DEFAULT_WARMUP_STEPS})",
+    )
     parser.add_argument(
         "--variant",
         action="append",
@@ -77,6 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="experiment folder under the log root (default: the config's stem)",
     )
     add_format(parser)
+    parser.add_argument("--png", metavar="FILE", help="also write a bar chart of the headline metrics")
     add_fail_if_slower(parser)
     parser.add_argument(
         "--timeout-s", type=float, metavar="S", help="stop a variant that runs longer than S seconds"
@@ -91,7 +126,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         variants = _check_args(args)
-        result = run_cli_trial(args.config, variants, args.steps, args.log_dir, args.name, args.timeout_s)
+    except (TrialError, OSError) as err:
+        return error(PROG, err)
+    try:
+        result = run_cli_trial(
+            args.config,
+            variants,
+            args.steps,
+            args.log_dir,
+            args.name,
+            args.timeout_s,
+            repeats=args.repeats,
+            warmup_steps=args.warmup_steps,
+            cli=args.cli,
+        )
     except (TrialError, OSError) as err:  # OSError: --log-dir is a file, unwritable, on a full disk
         return error(PROG, err)
     except KeyboardInterrupt:  # the running worker was stopped; no comparison of a half-done trial
@@ -102,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
         print(result.render(args.format), end="")
+    if args.png and result.comparison is not None:
+        try:
+            write_png(result.comparison, args.png)
+            print(f"lightning-perf trial: wrote chart {args.png}", file=sys.stderr)
+        except CompareError as err:
+            print(f"lightning-perf trial: {err}", file=sys.stderr)
     for path in (result.comparison_path, result.tensorboard_dir):
         if path:
             print(f"lightning-perf trial: wrote {path}", file=sys.stderr)
@@ -118,11 +172,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str]]]]:
     check_steps(args.steps, "--steps")
+    check_count(args.repeats, "--repeats", 1)
+    check_count(args.warmup_steps, "--warmup-steps", 0)
     if args.timeout_s is not None and not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
         raise TrialError(f"--timeout-s must be a number of seconds > 0, got {args.timeout_s:g}")
     variants = [parse_variant(text) for text in args.variant]
     check_variant_names([name for name, _ in variants], "--variant")
-    check_configs(args.config)
+    check_configs(args.config, args.cli)
     if args.name is None:
         args.name = os.path.splitext(os.path.basename(args.config[0]))[0]
     check_name(args.name, "--name")

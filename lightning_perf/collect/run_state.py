@@ -17,6 +17,7 @@ from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import fetch_timing
 from lightning_perf.collect.cuda_events import CudaStepEvents
+from lightning_perf.collect.machine_state import MachineWatch
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.step_clock import StepClock
 from lightning_perf.errors import ConfigError
@@ -76,6 +77,7 @@ class PerfSession:
         self.loader_yields_cuda: bool | None = None  # looked at on the first batch, as the loader yields it
         # (path, global step) of each saved cycle with CUDA activity, read after the last step
         self.cuda_traces: list[tuple[str, int]] = []
+        self.machine = MachineWatch()  # what else the machine does while this run measures
 
     # -- fetcher listener --------------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ import os
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from lightning_perf.analysis.comparison import CompareError, Comparison, format_value, render_markdown
+from lightning_perf.analysis.comparison import CompareError, Comparison, MetricRow, format_value
+from lightning_perf.analysis.comparison_render import render_markdown
 from lightning_perf.atomic_file import atomic_path, describe_os_error
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def chart_figure(comparison: Comparison) -> Figure:
     for axes, row in zip(figure.subplots(1, len(rows), squeeze=False)[0], rows, strict=True):
         # an absent value gets no bar and an "n/a" label, never a bar at 0
         heights = [value if value is not None else 0.0 for value in row.values]
-        bars = axes.bar(range(len(names)), heights, color=colors)
+        bars = axes.bar(range(len(names)), heights, color=colors, yerr=_error_bars(row, heights), capsize=4)
         axes.bar_label(bars, labels=[format_value(v, row.unit) for v in row.values], fontsize=8)
         judged = f", {row.better} is better" if row.better else ""
         axes.set_title(f"{row.label} ({row.unit}{judged})", fontsize=9)
@@ -58,6 +59,18 @@ def chart_figure(comparison: Comparison) -> Figure:
     title_width = int(CHART_PANEL_WIDTH_IN * len(rows) * CHART_TITLE_CHARS_PER_INCH)
     figure.suptitle(textwrap.fill(comparison.verdict, title_width), fontsize=9)
     return figure
+
+
+def _error_bars(row: MetricRow, heights: list[float]) -> list[list[float]] | None:
+    """The 95% interval of each bar as matplotlib's (below, above) distances; None where no run has one."""
+    if not any(row.intervals):
+        return None
+    below, above = [], []
+    for height, interval in zip(heights, row.intervals or [None] * len(heights), strict=True):
+        low, high = interval if interval is not None else (height, height)
+        below.append(max(0.0, height - low))
+        above.append(max(0.0, high - height))
+    return [below, above]
 
 
 def write_png(comparison: Comparison, path: str) -> None:

@@ -72,6 +72,7 @@ def build_summary(
             session.loader_yields_cuda,
         ),
         traces=list(session.window.traces) if session.window is not None else [],
+        machine=session.machine.finish(),
     )
     if sampler is not None:
         summary.utilization = sampler.summary()
@@ -120,16 +121,24 @@ def probe_num_workers(trainer: Any, summary: RunSummary, config: PerfConfig) -> 
     dataloader = train_dataloader(trainer)
     if dataloader is None or not (mode == "always" or (mode == "auto" and verdict in _PROBED_VERDICTS)):
         return False
+    from lightning_perf.probes.num_workers import probe_budget
     from lightning_perf.probes.num_workers import probe_num_workers as probe
 
+    budget = probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode)
+    if budget is None:
+        log.info(
+            f"lightning-perf: num_workers probe skipped: the fit trained {summary.timing.train_wall_s:.1f} s, "
+            "too short for a measured verdict (probe_num_workers='always' forces it)"
+        )
+        return False
     log.info(
-        f"lightning-perf: measuring DataLoader num_workers (up to {config.probe_budget_s:g} s; "
+        f"lightning-perf: measuring DataLoader num_workers (up to {budget:.1f} s; "
         f"{SUMMARY_FILENAME} is written, Ctrl-C skips this)"
     )
     compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
-    summary.probes["num_workers"] = dataclasses.asdict(
-        probe(dataloader, compute, budget_s=config.probe_budget_s)
-    )
+    found = probe(dataloader, compute, budget_s=budget)
+    summary.probes["num_workers"] = dataclasses.asdict(found)
+    log.info(f"lightning-perf: num_workers probe: suggests {found.suggested}: {found.reason}")
     return True
 
 

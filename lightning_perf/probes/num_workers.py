@@ -4,7 +4,11 @@
 batch sampler, collate_fn, batch size, pin_memory, drop_last, worker_init_fn) with ``num_workers`` 0, 1, 2,
 4, ... up to the usable cores, fetches a bounded number of batches from each within a time budget, and
 suggests the smallest value whose steady delivery rate beats the model's compute rate by a margin.
-Worker start-up (the time to the first batch) is reported apart from the steady rate.
+Worker start-up (the time to the first batch) is reported apart from the steady rate. Each candidate's steady
+stream is timed in ``SEGMENTS`` consecutive segments; the slowest segment's rate is the one that must clear
+the model's rate, so one lucky stretch on a noisy machine cannot pick a value that does not keep up. The
+budget fits the run (:func:`probe_budget`), and when other processes busied the machine during the probe the
+reason says so.
 
 It never changes the user's DataLoader (nor the random state its sampler or the global RNGs carry), shuts
 down every worker it starts, and records a failing candidate instead of raising. The caller runs it
@@ -14,6 +18,7 @@ outside timed steps. Uses torch's DataLoader, nothing from Lightning.
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import sys
 import time
@@ -26,7 +31,10 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_perf.analysis.numbers import finite, whole
+from lightning_perf.analysis.rules_noise import noisy_machine
+from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.analysis.thresholds import WORKERS_MARGIN
+from lightning_perf.collect.machine_state import MachineWatch
 from lightning_perf.collect.utilization import usable_cpu_count
 
 # Delivery must beat the model's compute rate by this factor (shared with the diagnosis' estimate).
@@ -36,6 +44,26 @@ DEFAULT_BUDGET_S = 10.0
 MAX_BATCHES_PER_CANDIDATE = 200
 # The shortest per-batch timeout given to worker candidates, so a hung worker cannot block forever.
 MIN_WORKER_TIMEOUT_S = 1.0
+# Consecutive segments each candidate's steady stream is timed in: three give a median and a slowest rate
+# (the interval's lower end a selection must clear). Our choice, as the trial's default of three rounds.
+SEGMENTS = 3
+# The probe's budget as a share of the fit's training time, between a floor and the user's cap: a tool that
+# measures the run should not cost more than a fifth of it (our choice). Below the floor a candidate gets
+# under a quarter second, too short for a steady rate with worker start-up, so "auto" skips the probe.
+BUDGET_SHARE = 0.2
+MIN_BUDGET_S = 1.0
+
+
+def probe_budget(train_wall_s: float | None, cap_s: float, mode: str) -> float | None:
+    """The probe's budget for a fit of ``train_wall_s`` seconds: ``BUDGET_SHARE`` of it, at most ``cap_s``.
+
+    ``None`` when ``mode`` is ``"auto"`` and that share is below ``MIN_BUDGET_S`` (too short for a verdict);
+    ``"always"`` gets at least the floor.
+    """
+    share = BUDGET_SHARE * train_wall_s if train_wall_s and train_wall_s > 0 else 0.0
+    if share < MIN_BUDGET_S:
+        return None if mode == "auto" else min(MIN_BUDGET_S, cap_s)
+    return min(share, cap_s)
 
 
 @dataclass
@@ -43,14 +71,17 @@ class NumWorkersProbe:
     """The probe's result; JSON-serialisable via ``dataclasses.asdict`` (``summary.probes["num_workers"]``).
 
     ``candidates`` holds one dict per measured ``num_workers``: ``num_workers``, ``startup_ms`` (time to the
-    first batch), ``batches_per_sec`` (steady delivery rate, ``None`` when not measured), ``batches``
-    (fetched in all) and ``error`` (``None``, or why the candidate failed).
+    first batch), ``batches_per_sec`` (steady delivery rate, ``None`` when not measured),
+    ``segment_rates`` (the steady rate of each consecutive segment; their minimum must clear the model),
+    ``batches`` (fetched in all) and ``error`` (``None``, or why the candidate failed). ``machine_note`` says
+    when other processes busied the machine while it measured ("" otherwise).
     """
 
     candidates: list[dict[str, Any]] = field(default_factory=list)
     compute_batches_per_sec: float | None = None
     suggested: int | None = None
     reason: str = ""
+    machine_note: str = ""
 
 
 def probe_num_workers(
@@ -90,6 +121,7 @@ def probe_num_workers(
 
     counts = candidate_counts(usable_cpu_count() if max_workers is None else max_workers)
     target = None if compute_ms_per_batch is None else 1000.0 / compute_ms_per_batch
+    watch = MachineWatch()  # before the deadline: its first reading is not charged to the candidates
     deadline = time.perf_counter() + budget_s
     candidates: list[dict[str, Any]] = []
     kept_up = False
@@ -102,7 +134,7 @@ def probe_num_workers(
                 break
             result = _measure(dataloader, workers, remaining / (len(counts) - index), remaining)
             candidates.append(result)
-            rate = result["batches_per_sec"]
+            rate = _slowest_rate(result)
             kept_up = target is not None and rate is not None and rate >= target * margin
             if kept_up:
                 break  # the smallest value that keeps up is found; larger ones only cost budget
@@ -114,7 +146,26 @@ def probe_num_workers(
             "; IterableDataset: each worker replays the iterable unless the dataset shards itself "
             "(get_worker_info), so worker rates may count duplicate samples"
         )
-    return NumWorkersProbe(candidates, target, suggested, reason)
+    noisy = noisy_machine(RunSummary(machine=watch.finish()), None)
+    note = ""
+    if noisy is not None:
+        note = noisy.evidence.removeprefix("During the run ").split(":")[0]
+        reason += f"; measured on a busy machine ({note}): the rates may be off, repeat on a quiet machine"
+    return NumWorkersProbe(candidates, target, suggested, reason, note)
+
+
+def _slowest_rate(candidate: dict[str, Any]) -> float | None:
+    """The candidate's rate a selection must clear: its slowest segment's, or its overall rate."""
+    segments = candidate.get("segment_rates") or []
+    return min(segments) if segments else candidate.get("batches_per_sec")
+
+
+def _rate_text(candidate: dict[str, Any]) -> str:
+    segments = candidate.get("segment_rates") or []
+    text = f"{candidate['batches_per_sec']:.1f} batches/s"
+    if len(segments) > 1:
+        text += f" ({min(segments):.1f}-{max(segments):.1f} over {len(segments)} segments)"
+    return text
 
 
 def suggest_from_candidates(
@@ -135,16 +186,16 @@ def suggest_from_candidates(
             f"({fastest['batches_per_sec']:.1f} batches/s with {fastest['num_workers']})"
         )
     needed = compute_batches_per_sec * margin
-    pick = next((c for c in measured if c["batches_per_sec"] >= needed), None)
+    pick = next((c for c in measured if (_slowest_rate(c) or 0.0) >= needed), None)
     if pick is not None:
+        slowest = "even in its slowest segment, " if len(pick.get("segment_rates") or []) > 1 else ""
         return pick["num_workers"], (
-            f"num_workers={pick['num_workers']} delivers {pick['batches_per_sec']:.1f} batches/s, at least "
+            f"num_workers={pick['num_workers']} delivers {_rate_text(pick)}, {slowest}at least "
             f"{margin:g}x the model's {compute_batches_per_sec:.1f} batches/s"
         )
     return fastest["num_workers"], (
         f"the input pipeline cannot keep up: the fastest, num_workers={fastest['num_workers']}, delivers "
-        f"{fastest['batches_per_sec']:.1f} batches/s, below {margin:g}x the model's "
-        f"{compute_batches_per_sec:.1f} batches/s"
+        f"{_rate_text(fastest)}, below {margin:g}x the model's {compute_batches_per_sec:.1f} batches/s"
     )
 
 
@@ -165,9 +216,11 @@ def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: 
         "num_workers": workers,
         "startup_ms": None,
         "batches_per_sec": None,
+        "segment_rates": [],
         "batches": 0,
         "error": None,
     }
+    steady_times: list[float] = []  # arrival times of the steady batches, to time the segments
     # batches the workers had ready when the first arrived: a burst, not the steady rate
     warmup = max(workers - 1, 0)
     start = time.perf_counter()
@@ -187,6 +240,9 @@ def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: 
                     result["startup_ms"] = (last - start) * 1000.0
                 if fetched == warmup:
                     clock_start = last
+                    steady_times.append(float("nan"))  # a new iterator: segments do not span the restart
+                if fetched >= warmup:
+                    steady_times.append(last)
                 fetched += 1
                 if last >= end or result["batches"] >= MAX_BATCHES_PER_CANDIDATE:
                     done = True
@@ -206,10 +262,33 @@ def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: 
         _shutdown(iterator)
     if steady_batches > 0 and steady_s > 0:
         result["batches_per_sec"] = steady_batches / steady_s
+        result["segment_rates"] = segment_rates(steady_times, SEGMENTS)
     elif result["batches"] > 0:
         # too few batches for a steady rate: count the start-up in, which can only under-state the rate
         result["batches_per_sec"] = result["batches"] / max(time.perf_counter() - start, 1e-9)
     return result
+
+
+def segment_rates(times: list[float], segments: int) -> list[float]:
+    """Rates (batches/s) of ``segments`` consecutive stretches of batch arrival ``times``; ``nan`` marks a
+    restart of the iterator, which no stretch spans. Fewer stretches when there are too few batches."""
+    runs: list[list[float]] = [[]]
+    for t in times:
+        if math.isnan(t):
+            runs.append([])
+        else:
+            runs[-1].append(t)
+    intervals = [(run[i], run[i + 1]) for run in runs for i in range(len(run) - 1)]
+    if len(intervals) < segments:
+        return []
+    size = len(intervals) // segments
+    rates = []
+    for k in range(segments):
+        chunk = intervals[k * size : (k + 1) * size if k < segments - 1 else None]  # the last takes the rest
+        elapsed = sum(end - start for start, end in chunk)
+        if elapsed > 0:
+            rates.append(len(chunk) / elapsed)
+    return rates
 
 
 def _copy(dataloader: DataLoader, workers: int, timeout_s: float) -> DataLoader:

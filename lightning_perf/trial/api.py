@@ -1,15 +1,20 @@
-"""The before/after experiment, run for the user: each variant a short fit, then the comparison.
+"""The before/after experiment, run for the user like a benchmark tool: repeated, interleaved rounds of short
+fits, then the comparison with intervals.
 
 :func:`run_trial` fits variants built in code, in this process::
 
-    run_trial([Variant("baseline", make_model, make_data),
-               Variant("workers4", make_model, lambda: make_data(num_workers=4))], steps=40)
+    result = run_trial([Variant("baseline", make_model, make_data),
+                        Variant("workers4", make_model, lambda: make_data(num_workers=4))], steps=40)
+    result.comparison.changes["workers4"]  # MetricChange(ratio=0.61, low=0.58, high=0.64, verdict="faster", ...)
 
-:func:`run_cli_trial` runs variants of a Lightning CLI config, each in its own process (``lightning-perf
-trial``), so a crash, a hang or a global flag set by one variant cannot touch the others. Each variant is
-logged as its own TensorBoard run ``<log dir>/<experiment>/<variant>``; the variants that ran are compared
-against the first of them, written into TensorBoard as ``<experiment>/perf_compare`` and saved as
-``<experiment>/comparison.json``. Lightning is imported only by the worker (and :func:`run_trial`).
+:func:`run_cli_trial` runs variants of a Lightning CLI config, each round in its own process (``lightning-perf
+trial``), so a crash, a hang or a global flag set by one variant cannot touch the others. The variants run in
+rounds, A B C A B C ..., so a drift of the machine hits all alike; each round is logged as its own TensorBoard
+run ``<log dir>/<experiment>/<variant>/round_<i>`` (``<variant>`` alone with one round); the order within a
+round rotates (A B C, B C A, ...), so whatever the first run of a round pays falls on each variant in turn. The variants that ran
+are compared against the first of them over the per-round ratios, written into TensorBoard as
+``<experiment>/perf_compare`` and saved as ``<experiment>/comparison.json``. Lightning is imported only by the
+worker (and :func:`run_trial`).
 """
 
 from __future__ import annotations
@@ -18,23 +23,30 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from lightning_perf.analysis.comparison import CompareError, compare, to_json
+from lightning_perf.analysis.comparison import CompareError, compare
+from lightning_perf.analysis.comparison_render import to_json
+from lightning_perf.analysis.rounds import pooled, without_warmup
 from lightning_perf.analysis.run_discovery import load_summary
-from lightning_perf.analysis.summary import SummaryError
+from lightning_perf.analysis.summary import RunSummary, SummaryError
 from lightning_perf.atomic_file import atomic_open
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_tensorboard
+from lightning_perf.trial.progress import Progress
 from lightning_perf.trial.runner import describe_error, run_worker, worker_env
 from lightning_perf.trial.spec import (
     COMPARISON_FILENAME,
     DEFAULT_LOG_DIR,
+    DEFAULT_REPEATS,
+    DEFAULT_WARMUP_STEPS,
+    ROUND_DIR,
     WORKER_LOG_FILENAME,
     WORKER_MODULE,
     TrialError,
     TrialResult,
     Variant,
     VariantResult,
+    check_count,
     check_name,
     check_steps,
     check_variant_names,
@@ -42,46 +54,74 @@ from lightning_perf.trial.spec import (
 )
 
 
-class Progress:
-    """``[2/3] workers4: step 8/40`` lines on stderr (or nowhere when not enabled)."""
-
-    def __init__(self, total: int, enabled: bool = True) -> None:
-        self.total = total
-        self.enabled = enabled
-        self.prefix = ""
-
-    def _say(self, text: str) -> None:
-        if self.enabled:
-            print(f"{self.prefix}{text}", file=sys.stderr, flush=True)
-
-    def start(self, index: int, name: str, steps: int) -> None:
-        self.prefix = f"[{index}/{self.total}] {name}: "
-        self._say(f"running {steps} steps ...")
-
-    def step(self, done: int, steps: int) -> None:
-        self._say(f"step {done}/{steps}")
-
-    def finished(self, result: VariantResult) -> None:
-        if result.ok:
-            median = result.median_step_ms
-            detail = f" (median step {median:.1f} ms)" if median is not None else ""
-            self._say(f"done in {result.wall_s:.1f} s{detail}")
-        else:
-            log = f" (log: {result.log_path})" if result.log_path else ""
-            self._say(f"FAILED: {result.error}{log}")
-
-
-def _load_variant(result: VariantResult) -> None:
-    """Mark a variant whose worker finished ok, after checking its summary (a run with no timed step fails)."""
+def _load_round(result: VariantResult, run_dir: str, warmup_steps: int) -> None:
+    """Keep a round whose worker finished ok, after checking its summary (a run with no timed step fails)."""
     try:
-        summary = load_summary(result.run_dir, allow_partial=True)
+        summary = load_summary(run_dir, allow_partial=True)
     except (CompareError, SummaryError) as err:
         result.status, result.error = "failed", str(err)
         return
     if summary.timing.steps == 0:
         result.status, result.error = "failed", f"no training step was timed (run status {summary.status!r})"
         return
-    result.summary, result.status = summary, "ok"
+    result.rounds.append(without_warmup(summary, warmup_steps))
+
+
+def _median_ms(summary: RunSummary | None) -> float | None:
+    dist = summary.timing.step_time_ms if summary is not None else None
+    return dist.median if dist is not None else None
+
+
+def round_order(outcomes: list[VariantResult], round_index: int) -> list[tuple[int, VariantResult]]:
+    """The variants of round ``round_index`` (from 1), numbered as requested, the order rotated by one each
+    round (A B C, B C A, C A B, ...): whatever the first run of a round pays (a cold cache, the previous run's
+    clean-up) falls on every variant in turn instead of always on the baseline."""
+    numbered = list(enumerate(outcomes, start=1))
+    shift = (round_index - 1) % len(numbered)
+    return numbered[shift:] + numbered[:shift]
+
+
+def _run_rounds(
+    result: TrialResult,
+    outcomes: list[VariantResult],
+    run_one: Callable[[VariantResult, str, str, Callable[[int, int], None]], str | None],
+    progress: bool,
+) -> None:
+    """Run every variant once a round, ``result.repeats`` rounds (rotated: A B C, B C A, ...), then pool each's.
+
+    ``run_one(outcome, version, run_dir, report)`` fits one round and returns ``None`` or a one-line error.
+    A variant whose round fails runs no further rounds.
+    """
+    result.variants.extend(outcomes)
+    total = result.steps + result.warmup_steps
+    reporter = Progress(result.repeats, len(outcomes), total, enabled=progress)
+    try:
+        for round_index in range(1, result.repeats + 1):
+            for index, outcome in round_order(outcomes, round_index):
+                if outcome.status == "failed":
+                    continue
+                version = (
+                    outcome.name if result.repeats == 1 else f"{outcome.name}/{ROUND_DIR.format(round_index)}"
+                )
+                run_dir = os.path.join(result.experiment_dir, version)
+                outcome.round_dirs.append(run_dir)
+                reporter.start(round_index, index, outcome.name, total)
+                started = time.perf_counter()
+                error = run_one(outcome, version, run_dir, reporter.step)
+                if error is None:
+                    _load_round(outcome, run_dir, result.warmup_steps)
+                else:
+                    outcome.status, outcome.error = "failed", error
+                wall = time.perf_counter() - started
+                outcome.wall_s += wall
+                reporter.finished(
+                    outcome, wall, _median_ms(outcome.rounds[-1]) if outcome.status != "failed" else None
+                )
+    finally:
+        reporter.close()
+    for outcome in outcomes:
+        if outcome.status != "failed" and len(outcome.rounds) == result.repeats:
+            outcome.summary, outcome.status = pooled(outcome.rounds), "ok"
 
 
 def conclude(result: TrialResult) -> TrialResult:
@@ -99,7 +139,8 @@ def conclude(result: TrialResult) -> TrialResult:
             "that ran"
         )
     summaries = [v.summary for v in ran if v.summary is not None]  # a variant that ran has its summary
-    result.comparison = compare(summaries, [v.name for v in ran])
+    rounds = [v.rounds for v in ran] if result.repeats > 1 else None
+    result.comparison = compare(summaries, [v.name for v in ran], rounds=rounds)
     path = os.path.join(result.experiment_dir, COMPARISON_FILENAME)
     try:
         with atomic_open(path) as fh:
@@ -124,19 +165,26 @@ def run_trial(
     name: str = "trial",
     progress: bool = True,
     overwrite: bool = False,
+    repeats: int = DEFAULT_REPEATS,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
 ) -> TrialResult:
-    """Fit each variant for ``steps`` steps with a PerfCallback, in this process, then compare them.
+    """Fit each variant ``repeats`` times in interleaved rounds (A B, B A, ...), in this process, then compare.
 
-    Each variant is logged as the TensorBoard run ``<log_dir>/<name>/<variant>``; the comparison is written as
-    in ``lightning-perf trial``. A variant that raises is reported (``result.failed``) and the others go on.
-    Global torch flags a variant's Trainer sets (``torch.backends.cudnn.benchmark`` and ``deterministic``,
-    deterministic algorithms, float32 matmul precision) are restored after it, so the next variant starts
-    from the same state. With ``progress``, progress lines go to stderr and the report to stdout.
+    Every round fits ``warmup_steps + steps`` steps with a PerfCallback; the warm-up steps are left out of the
+    figures. Variants are compared over the per-round ratios (``result.comparison.changes``: each variant's
+    median step time against the first's, with an interval and a verdict). Each round is logged as the
+    TensorBoard run ``<log_dir>/<name>/<variant>/round_<i>`` (``<variant>`` alone with one round); the
+    comparison is written as in ``lightning-perf trial``. A variant that raises is reported
+    (``result.failed``) and the others go on. Global torch flags a variant's Trainer sets
+    (``torch.backends.cudnn.benchmark`` and ``deterministic``, deterministic algorithms, float32 matmul
+    precision) are restored after it. With ``progress``, a progress bar goes to stderr and the report to stdout.
 
     Raises:
         ValueError (``TrialError``): bad arguments, checked before anything runs.
     """
     check_steps(steps, "steps")
+    check_count(repeats, "repeats", 1)
+    check_count(warmup_steps, "warmup_steps", 0)
     check_name(name, "name")
     check_variant_names([v.name for v in variants], "variants")
     for v in variants:
@@ -150,22 +198,21 @@ def run_trial(
 
     from lightning_perf.trial.worker import fit_variant, restored_torch_flags
 
-    reporter = Progress(len(variants), progress)
-    result = TrialResult(name, experiment_dir, steps, [])
-    for index, variant in enumerate(variants, start=1):
-        outcome = VariantResult(variant.name, os.path.join(experiment_dir, variant.name))
-        result.variants.append(outcome)
-        reporter.start(index, variant.name, steps)
-        started = time.perf_counter()
+    by_name = {v.name: v for v in variants}
+
+    def run_one(
+        outcome: VariantResult, version: str, run_dir: str, report: Callable[[int, int], None]
+    ) -> str | None:
         try:
             with restored_torch_flags():
-                fit_variant(variant, steps, log_dir, name, reporter.step)
+                fit_variant(by_name[outcome.name], steps + warmup_steps, log_dir, name, report, version)
         except Exception as err:
-            outcome.status, outcome.error = "failed", describe_error(err)
-        else:
-            _load_variant(outcome)
-        outcome.wall_s = time.perf_counter() - started
-        reporter.finished(outcome)
+            return describe_error(err)
+        return None
+
+    result = TrialResult(name, experiment_dir, steps, [], repeats=repeats, warmup_steps=warmup_steps)
+    outcomes = [VariantResult(v.name, os.path.join(experiment_dir, v.name)) for v in variants]
+    _run_rounds(result, outcomes, run_one, progress)
     conclude(result)
     if progress:
         print(result.render(), end="", flush=True)
@@ -179,41 +226,45 @@ def run_cli_trial(
     log_dir: str,
     name: str,
     timeout_s: float | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    cli: str | None = None,
 ) -> TrialResult:
-    """Run each variant (a name and its config overrides) of the Lightning CLI ``configs`` in its own process."""
+    """Run each variant (a name and its config overrides) of the Lightning CLI ``configs``, ``repeats`` rounds
+    interleaved, each round in its own process; ``cli`` (``module:function``) builds CLIs with fixed classes."""
     experiment_dir = os.path.join(log_dir, name)
-    reporter = Progress(len(variants))
-    result = TrialResult(name, experiment_dir, steps, [])
     env = worker_env()
-    for index, (variant, overrides) in enumerate(variants, start=1):
-        outcome = VariantResult(variant, os.path.join(experiment_dir, variant), overrides=overrides)
-        result.variants.append(outcome)
-        os.makedirs(outcome.run_dir, exist_ok=True)
-        outcome.log_path = os.path.join(outcome.run_dir, WORKER_LOG_FILENAME)
+
+    def run_one(
+        outcome: VariantResult, version: str, run_dir: str, report: Callable[[int, int], None]
+    ) -> str | None:
+        os.makedirs(run_dir, exist_ok=True)
+        outcome.log_path = os.path.join(run_dir, WORKER_LOG_FILENAME)
         spec = {
             "configs": list(configs),
-            "overrides": overrides,
-            "steps": steps,
+            "overrides": outcome.overrides,
+            "steps": steps + warmup_steps,
             "log_dir": log_dir,
             "experiment": name,
-            "variant": variant,
+            "variant": outcome.name,
+            "version": version,
+            "cli": cli,
         }
-        reporter.start(index, variant, steps)
-        started = time.perf_counter()
-        error = run_worker(
+        return run_worker(
             [sys.executable, "-m", WORKER_MODULE],
             json.dumps(spec),
             outcome.log_path,
             timeout_s=timeout_s,
-            on_progress=reporter.step,
+            on_progress=report,
             env=env,
         )
-        outcome.wall_s = time.perf_counter() - started
-        if error is None:
-            _load_variant(outcome)
-        else:
-            outcome.status, outcome.error = "failed", error
-        reporter.finished(outcome)
+
+    result = TrialResult(name, experiment_dir, steps, [], repeats=repeats, warmup_steps=warmup_steps)
+    outcomes = [
+        VariantResult(variant, os.path.join(experiment_dir, variant), overrides=overrides)
+        for variant, overrides in variants
+    ]
+    _run_rounds(result, outcomes, run_one, progress=True)
     return conclude(result)
 
 

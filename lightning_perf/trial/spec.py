@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lightning_perf.analysis.comparison import Comparison, render_markdown, render_text, to_json
+from lightning_perf.analysis.comparison import Comparison
+from lightning_perf.analysis.comparison_render import render_markdown, render_text, to_json
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.errors import LightningPerfError
@@ -27,7 +28,14 @@ COMPARISON_FILENAME = "comparison.json"
 WORKER_LOG_FILENAME = "trial_worker.log"
 WORKER_MODULE = "lightning_perf.trial.worker"
 TRIAL_SCHEMA_NAME = "lightning-perf/trial"
-TRIAL_SCHEMA_VERSION = 1
+TRIAL_SCHEMA_VERSION = 2
+# Rounds per variant: three is the fewest whose per-round ratios give a t-interval at all useful (two rounds
+# have one degree of freedom: t = 12.7); hyperfine and asv likewise default to several runs, never one.
+DEFAULT_REPEATS = 3
+# Steps timed but left out at the start of every round (allocator, caches, cudnn autotune, lazy init): our
+# choice, on top of the first batch of each epoch, which is always timed apart as start-up.
+DEFAULT_WARMUP_STEPS = 3
+ROUND_DIR = "round_{}"
 
 # The first batch of an epoch is timed apart (iterator and worker start-up), so one step times nothing.
 MIN_STEPS = 2
@@ -66,7 +74,11 @@ class Variant:
 
 @dataclass
 class VariantResult:
-    """How one variant went. ``summary`` is its loaded run summary when it ran (``status == "ok"``)."""
+    """How one variant went over its rounds.
+
+    ``rounds`` holds each round's summary (warm-up steps left out) and ``summary`` all rounds pooled, when
+    every round ran (``status == "ok"``); a variant whose round fails runs no further rounds.
+    """
 
     name: str
     run_dir: str
@@ -76,6 +88,8 @@ class VariantResult:
     summary: RunSummary | None = None
     overrides: list[tuple[str, str]] = field(default_factory=list)
     log_path: str | None = None
+    rounds: list[RunSummary] = field(default_factory=list)
+    round_dirs: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -83,7 +97,8 @@ class VariantResult:
 
     @property
     def summary_path(self) -> str | None:
-        return os.path.join(self.run_dir, SUMMARY_FILENAME) if self.ok else None
+        """The first round's ``perf_summary.json`` (the only one with a single round)."""
+        return os.path.join(self.round_dirs[0], SUMMARY_FILENAME) if self.ok and self.round_dirs else None
 
     @property
     def median_step_ms(self) -> float | None:
@@ -99,6 +114,8 @@ class TrialResult:
     experiment_dir: str
     steps: int
     variants: list[VariantResult]
+    repeats: int = 1
+    warmup_steps: int = 0
     comparison: Comparison | None = None
     comparison_path: str | None = None
     tensorboard_dir: str | None = None
@@ -114,9 +131,10 @@ class TrialResult:
         return [v for v in self.variants if not v.ok]
 
     def render(self, fmt: str = "text") -> str:
-        """The report: notes, the comparison table and the failed variants (``text`` or ``markdown``)."""
+        """The report: how it was measured, notes, the comparison table and the failed variants."""
         markdown = fmt == "markdown"
-        lines = [f"> note: {n}" if markdown else f"note: {n}" for n in self.notes]
+        lines = [f"> {self.plan()}" if markdown else self.plan()]
+        lines += [f"> note: {n}" if markdown else f"note: {n}" for n in self.notes]
         if lines:
             lines.append("")
         text = "\n".join(lines)
@@ -131,6 +149,18 @@ class TrialResult:
             text += ("\n" if text else "") + "\n".join(rows) + "\n"
         return text
 
+    def plan(self) -> str:
+        order = " ".join(v.name for v in self.variants[:3]) + (" ..." if len(self.variants) > 3 else "")
+        rounds = (
+            f"{self.repeats} interleaved rounds ({order}, the order rotated each round)"
+            if self.repeats > 1
+            else "one round"
+        )
+        return (
+            f"trial {self.name}: {len(self.variants)} variants x {rounds}, {self.steps} timed steps each after "
+            f"{self.warmup_steps} warm-up steps"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: every variant's status and error, and the comparison (``compare.to_json``)."""
         return {
@@ -139,6 +169,8 @@ class TrialResult:
             "name": self.name,
             "experiment_dir": self.experiment_dir,
             "steps": self.steps,
+            "repeats": self.repeats,
+            "warmup_steps": self.warmup_steps,
             "variants": [
                 {
                     "name": v.name,
@@ -146,6 +178,7 @@ class TrialResult:
                     "error": v.error,
                     "run_dir": v.run_dir,
                     "summary_path": v.summary_path,
+                    "round_dirs": list(v.round_dirs),
                     "log_path": v.log_path,
                     "wall_s": v.wall_s,
                     "median_step_ms": v.median_step_ms,
@@ -167,6 +200,12 @@ def check_steps(steps: Any, label: str) -> int:
             f"got {steps!r}"
         )
     return steps
+
+
+def check_count(value: Any, label: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise TrialError(f"{label} must be an integer >= {minimum}, got {value!r}")
+    return value
 
 
 def check_name(name: Any, label: str) -> str:
@@ -215,11 +254,16 @@ def parse_variant(text: str) -> tuple[str, list[tuple[str, str]]]:
     return name, overrides
 
 
-def check_configs(paths: Sequence[str]) -> None:
-    """Each file exists and is a YAML mapping, and together they give a model (checked here, not per variant)."""
+def check_configs(paths: Sequence[str], cli: str | None = None) -> None:
+    """Each file exists and is a YAML mapping, and together they give a model (checked here, not per variant).
+
+    Without ``cli`` (``--cli module:function``) the model must be given by ``class_path``: a plain ``model:``
+    section belongs to a CLI built with fixed classes, which the trial must be told how to import.
+    """
     import yaml
 
     keys: set[str] = set()
+    plain_model = False
     for path in paths:
         if not os.path.isfile(path):
             raise TrialError(f"--config {path}: no such file")
@@ -233,11 +277,37 @@ def check_configs(paths: Sequence[str]) -> None:
                 f"--config {path}: expected a YAML mapping (trainer/model/data), got {data!r:.80}"
             )
         keys.update(data)
+        model = data.get("model")
+        if isinstance(model, dict) and "class_path" not in model:
+            plain_model = True
+        elif isinstance(model, dict):
+            plain_model = False
+    if cli is not None:
+        check_cli_target(cli)
+        return
+    if plain_model:
+        raise TrialError(
+            f"--config {', '.join(paths)}: the `model:` section has no class_path, so it belongs to a CLI built "
+            "with fixed classes, e.g. LightningCLI(MyModel, MyDataModule); tell the trial how to build it with "
+            "--cli module:function (a LightningCLI subclass, or a function returning one or the model and "
+            "datamodule classes)"
+        )
     if "model" not in keys:
         raise TrialError(
             f"--config {', '.join(paths)}: no `model` given; the trial needs the model (and usually the data) "
             "given by class_path, as a Lightning CLI config"
         )
+
+
+def check_cli_target(target: str) -> str:
+    """``--cli`` names an importable object as ``module:attribute`` (imported by the worker, not here)."""
+    module, sep, attribute = target.partition(":")
+    if not sep or not re.fullmatch(KEY_PATTERN, module) or not re.fullmatch(KEY_PATTERN, attribute):
+        raise TrialError(
+            f"--cli {target!r}: expected module:function, e.g. mypackage.train:cli (a LightningCLI subclass, or "
+            "a function returning one or the (model class, datamodule class))"
+        )
+    return target
 
 
 def prepare_experiment(experiment_dir: str, names: Sequence[str], overwrite: bool, cli: bool) -> None:

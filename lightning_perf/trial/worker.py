@@ -9,6 +9,7 @@ it, fits, and prints protocol lines for the parent on stdout: ``progress K N``, 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import math
 import os
@@ -55,6 +56,10 @@ TRIAL_SEED = 0
 PROGRESS_REPORTS = 10
 
 
+# messages already printed in this process
+_SAID: set[str] = set()
+
+
 class TrialProgress(Callback):
     """Calls ``report(step, steps)`` about every 10% of the steps (``trainer.global_step``) and at the end."""
 
@@ -86,7 +91,10 @@ def prepare_trainer(
     left_out = [cb for cb in trainer.callbacks if isinstance(cb, (Checkpoint, EarlyStopping))]
     if left_out:
         names = ", ".join(type(cb).__name__ for cb in left_out)
-        log.info("lightning-perf trial: callbacks left out (no checkpoints, no validation): %s", names)
+        message = f"lightning-perf trial: callbacks left out (no checkpoints, no validation): {names}"
+        if message not in _SAID:  # once a process, not once a round
+            _SAID.add(message)
+            log.info(message)
     callbacks = [cb for cb in trainer.callbacks if not any(cb is other for other in left_out)]
     perf = next((cb for cb in callbacks if isinstance(cb, PerfCallback)), None)
     if perf is None:
@@ -130,12 +138,15 @@ def restored_torch_flags() -> Iterator[None]:
         torch.set_float32_matmul_precision(saved[4])
 
 
-def fit_variant(variant: Variant, steps: int, log_dir: str, experiment: str, report: Report) -> str:
-    """Fit one :class:`~lightning_perf.trial.api.Variant` in this process; returns its summary's path."""
+def fit_variant(
+    variant: Variant, steps: int, log_dir: str, experiment: str, report: Report, version: str | None = None
+) -> str:
+    """Fit one :class:`~lightning_perf.trial.api.Variant` in this process (one round: the TensorBoard run
+    ``version``, default the variant's name); returns its summary's path."""
     model = variant.make_model()
     data = variant.make_data()
     kwargs = {**TRIAL_TRAINER_DEFAULTS, **variant.trainer_kwargs}
-    logger = TensorBoardLogger(save_dir=log_dir, name=experiment, version=variant.name)
+    logger = TensorBoardLogger(save_dir=log_dir, name=experiment, version=version or variant.name)
     trainer = Trainer(logger=logger, max_steps=steps, **kwargs)
     perf = prepare_trainer(trainer, steps, report, variant.callback_kwargs)
     if isinstance(data, LightningDataModule):
@@ -148,14 +159,19 @@ def fit_variant(variant: Variant, steps: int, log_dir: str, experiment: str, rep
 # ----------------------------------------------------------------------------------------------- CLI worker
 
 
-class TrialCLI(LightningCLI):
-    """The Lightning CLI without subcommands, accepting a config saved by ``fit`` (it holds ``ckpt_path``)."""
+class _AcceptsCkptPath(LightningCLI):
+    """Accepts the ``ckpt_path`` a config saved by ``fit`` holds (a trial starts fresh and ignores it)."""
 
     @override
     def add_arguments_to_parser(self, parser: Any) -> None:
+        super().add_arguments_to_parser(parser)
         parser.add_argument(
             "--ckpt_path", type=str | None, default=None, help="ignored: a trial starts fresh"
         )
+
+
+class TrialCLI(_AcceptsCkptPath):
+    """The Lightning CLI without subcommands, accepting a config saved by ``fit`` (it holds ``ckpt_path``)."""
 
 
 def cli_args(spec: dict[str, Any]) -> list[str]:
@@ -165,28 +181,64 @@ def cli_args(spec: dict[str, Any]) -> list[str]:
     args += [f"--{key}={value}" for key, value in spec["overrides"]]
     logger = {
         "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-        "init_args": {"save_dir": spec["log_dir"], "name": spec["experiment"], "version": spec["variant"]},
+        "init_args": {"save_dir": spec["log_dir"], "name": spec["experiment"], "version": run_version(spec)},
     }
     args += [f"--trainer.max_steps={int(spec['steps'])}", f"--trainer.logger={json.dumps(logger)}"]
     return args
 
 
+def run_version(spec: dict[str, Any]) -> str:
+    """The run's TensorBoard version: ``variant`` or ``variant/round_N`` (the spec's ``version``)."""
+    return str(spec.get("version") or spec["variant"])
+
+
+def resolve_cli(target: str | None) -> tuple[type[LightningCLI], dict[str, Any]]:
+    """The CLI class and its model/data arguments for ``--cli module:attribute`` (None: class_path configs).
+
+    The attribute may be a LightningCLI subclass (its own fixed classes), a LightningModule subclass, or a
+    function returning either of those or ``(model class, datamodule class)``.
+    """
+    if target is None:
+        return TrialCLI, {"subclass_mode_model": True, "subclass_mode_data": True}
+    module_name, _, attribute = target.partition(":")
+    found: Any = getattr(importlib.import_module(module_name), attribute)
+    if not isinstance(found, type) and callable(found):
+        found = found()
+    if isinstance(found, type) and issubclass(found, LightningCLI):
+        # the user's CLI with the trial's argument (ckpt_path of a saved config) added in front of it
+        return type(f"Trial{found.__name__}", (_AcceptsCkptPath, found), {}), {}
+    classes = found if isinstance(found, tuple) else (found, None)
+    if (
+        len(classes) != 2
+        or not (isinstance(classes[0], type) and issubclass(classes[0], LightningModule))
+        or not (
+            classes[1] is None
+            or (isinstance(classes[1], type) and issubclass(classes[1], LightningDataModule))
+        )
+    ):
+        raise TypeError(
+            f"--cli {target}: expected a LightningCLI subclass, a LightningModule class or (model class, "
+            f"datamodule class), got {found!r:.120}"
+        )
+    return TrialCLI, {"model_class": classes[0], "datamodule_class": classes[1]}
+
+
 def run_cli_variant(spec: dict[str, Any], report: Report) -> str:
     """Build the Lightning CLI for one variant and fit it; returns its summary's path."""
-    cli = TrialCLI(
+    cli_class, classes = resolve_cli(spec.get("cli"))
+    cli = cli_class(
         args=cli_args(spec),
         run=False,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
         save_config_callback=None,
         seed_everything_default=TRIAL_SEED,
         parser_kwargs={"exit_on_error": False},  # a bad override raises, so it is reported as the error
+        **classes,
     )
     if cli.config.get("ckpt_path"):
         log.info("lightning-perf trial: ignoring ckpt_path %s", cli.config["ckpt_path"])
     perf = prepare_trainer(cli.trainer, int(spec["steps"]), report)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    run_dir = os.path.join(spec["log_dir"], spec["experiment"], spec["variant"])
+    run_dir = os.path.join(spec["log_dir"], spec["experiment"], run_version(spec))
     return finish_run(perf, run_dir)
 
 

@@ -8,11 +8,8 @@ import sys
 
 import pytest
 
-from lightning_perf.analysis.comparison import (
-    ENVIRONMENT_KEYS,
-    Comparison,
-    check_summary,
-    compare,
+from lightning_perf.analysis.comparison import ENVIRONMENT_KEYS, Comparison, check_summary, compare
+from lightning_perf.analysis.comparison_render import (
     format_change,
     from_json,
     render_markdown,
@@ -238,8 +235,20 @@ def test_json_round_trip_and_stable_keys():
         "verdict",
         "slower_than_baseline",
         "warnings",
+        "changes",
+        "method",
+        "rounds",
     ]
-    assert set(data["metrics"][0]) == {"key", "label", "unit", "better", "values", "ratios"}
+    assert set(data["metrics"][0]) == {
+        "key",
+        "label",
+        "unit",
+        "better",
+        "values",
+        "ratios",
+        "changes",
+        "intervals",
+    }
     assert from_json(data) == c
     with pytest.raises(ValueError, match="not a lightning-perf comparison"):
         from_json({"schema": "other"})

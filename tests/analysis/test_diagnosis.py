@@ -623,3 +623,38 @@ def test_checkpoint_advice_never_leaves_a_run_without_checkpoints():
     }
     one_epoch = by_id(diagnose(make(timing=timing, max_epochs=1)), "checkpoint_share")
     assert one_epoch.settings_change == {} and "every_n_train_steps" in one_epoch.recommendation
+
+
+# ---------------------------------------------------------------------------------- verdicts under noise
+
+
+def test_a_wait_share_near_a_line_is_worded_by_its_interval():
+    from lightning_perf.analysis.summary import MachineState
+
+    near = RunSummary(
+        timing=TimingSummary(data_wait_pct=18.0, data_wait_pct_low=14.0, data_wait_pct_high=22.0),
+        settings=Settings(num_workers=0, cpu_count=4),
+    )
+    (finding,) = [f for f in diagnose(near) if f.id == "input_bound"]
+    assert finding.title == "Training is moderately or highly input-bound"
+    assert "95% interval 14.0-22.0%" in finding.evidence and "across the 20.0% line" in finding.evidence
+    wide = RunSummary(timing=TimingSummary(data_wait_pct=8.0, data_wait_pct_low=2.0, data_wait_pct_high=30.0))
+    (finding,) = [f for f in diagnose(wide) if f.id == "input_bound"]
+    assert finding.title == "Training is not, moderately or highly input-bound"
+    assert "across the 5.0% and 20.0% lines" in finding.evidence
+    clear = RunSummary(
+        timing=TimingSummary(data_wait_pct=45.0, data_wait_pct_low=40.0, data_wait_pct_high=50.0)
+    )
+    (finding,) = [f for f in diagnose(clear) if f.id == "input_bound"]
+    assert finding.title == "Training is highly input-bound" and "across" not in finding.evidence
+
+    quiet = RunSummary(machine=MachineState(cpu_count=2, other_cores=0.05, steal_pct=0.0))
+    assert not [f for f in diagnose(quiet) if f.id == "noisy_machine"]
+    busy = RunSummary(
+        timing=TimingSummary(step_time_ms=Distribution(10, 10.0, 10.0, 14.0, 8.0, 20.0, p10=9.0)),
+        machine=MachineState(cpu_count=2, other_cores=0.9, steal_pct=0.0, load_avg_1m=3.1),
+    )
+    (noisy,) = [f for f in diagnose(busy) if f.id == "noisy_machine"]
+    assert "other processes used 0.9 of 2 cores (45.0%)" in noisy.evidence
+    assert "timings may be off by" in noisy.evidence and "p10-p90 50.0% of the median" in noisy.evidence
+    assert "load average 3.10" in noisy.evidence and "--repeats" in noisy.recommendation

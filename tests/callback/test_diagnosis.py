@@ -26,7 +26,10 @@ def diagnosis_text(log_dir):
 
 def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(tmp_path, caplog):
     with caplog.at_level(logging.INFO):
-        summary, log_dir = fit(tmp_path, loader(n=96, batch_size=4, delay_s=0.004))
+        # "always": a fit this short gets the probe's floor budget (auto would skip it, see below)
+        summary, log_dir = fit(
+            tmp_path, loader(n=96, batch_size=4, delay_s=0.004), probe_num_workers="always"
+        )
     (finding,) = [f for f in summary.findings if f.id == "input_bound"]
     assert "highly input-bound" in finding.title + finding.evidence
     assert finding.settings_change["num_workers"] > 0
@@ -38,6 +41,9 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     assert [f.id for f in saved.findings] == [f.id for f in summary.findings]
     assert "highly input-bound" in diagnosis_text(log_dir)
     assert "highly input-bound" in caplog.text
+    # the probe says when it starts and what it found, one line each
+    assert "lightning-perf: measuring num_workers for up to 1.0 s" in caplog.text
+    assert f"num_workers probe: suggests {probe['suggested']}" in caplog.text
     # CPU training: the cudnn.benchmark A/B says it does not apply instead of inventing numbers
     assert summary.probes["cudnn_benchmark"]["applies"] is False
     assert "cpu" in summary.probes["cudnn_benchmark"]["reason"]
@@ -78,3 +84,12 @@ def test_the_fingerprint_records_how_often_the_user_validates(tmp_path):
     assert settings.limit_val_batches == 2
     assert settings.max_epochs == 1
     assert settings.train_batches_per_epoch == 8
+
+
+def test_auto_probe_skips_a_fit_too_short_for_a_verdict_with_one_line(tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        summary, _ = fit(tmp_path, loader(n=48, batch_size=4, delay_s=0.004), batches=12)
+    assert summary.timing.data_wait_pct > 20.0  # input-bound: "auto" would probe a longer fit
+    assert "num_workers" not in summary.probes
+    assert caplog.text.count("num_workers probe skipped") == 1
+    assert "too short for a measured verdict" in caplog.text

@@ -274,3 +274,14 @@ def test_console_script(runs, tmp_path):
     )
     assert broken.returncode == 2
     assert str(workers0 / SUMMARY_FILENAME) in broken.stderr and "Traceback" not in broken.stderr
+
+
+def test_runs_are_labelled_by_name_or_by_their_settings(runs, capsys):
+    workers0, workers2 = runs
+    assert compare(workers0, workers2, "--label", "before", "--label", "after", "--no-tensorboard") == 0
+    out = capsys.readouterr().out
+    assert "after is 1.67x faster than before" in out
+    assert compare(workers0, workers2, "--label-from-settings", "--no-tensorboard") == 0
+    assert "num_workers=2 is 1.67x faster than num_workers=0" in capsys.readouterr().out
+    assert compare(workers0, workers2, "--label", "only-one", "--no-tensorboard") == 2
+    assert "--label: given 1 labels for 2 runs" in capsys.readouterr().err

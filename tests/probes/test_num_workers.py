@@ -155,7 +155,14 @@ def test_result_is_json_serialisable():
     result = run_probe(loader, compute_ms_per_batch=5.0, budget_s=0.5, max_workers=1)
     data = json.loads(json.dumps(dataclasses.asdict(result)))
     assert data["suggested"] == result.suggested
-    assert set(data["candidates"][0]) == {"num_workers", "startup_ms", "batches_per_sec", "batches", "error"}
+    assert set(data["candidates"][0]) == {
+        "num_workers",
+        "startup_ms",
+        "batches_per_sec",
+        "segment_rates",
+        "batches",
+        "error",
+    }
     assert NumWorkersProbe(**data) == result
 
 
@@ -237,3 +244,37 @@ def test_budget_running_out_stops_the_sweep_and_says_so():
     assert [c["num_workers"] for c in result.candidates] == [0]
     assert result.candidates[0]["batches"] == 1 and result.suggested == 0
     assert "cannot keep up" in result.reason and "ran out before num_workers=1" in result.reason
+
+
+def test_budget_fits_the_run_between_floor_and_cap():
+    from lightning_perf.probes.num_workers import BUDGET_SHARE, MIN_BUDGET_S, probe_budget
+
+    assert probe_budget(1.75, 10.0, "auto") is None  # a 1.75 s fit is too short for a verdict
+    assert probe_budget(1.75, 10.0, "always") == MIN_BUDGET_S
+    assert probe_budget(30.0, 10.0, "auto") == pytest.approx(30.0 * BUDGET_SHARE)
+    assert probe_budget(3600.0, 10.0, "auto") == 10.0  # the user's cap
+    assert probe_budget(None, 10.0, "always") == MIN_BUDGET_S
+
+
+def test_segments_time_the_steady_stream_without_spanning_a_restart():
+    from lightning_perf.probes.num_workers import segment_rates
+
+    # 10 batches/s, then a restart, then 20 batches/s: three segments of three intervals
+    times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, float("nan"), 5.0, 5.05, 5.1, 5.15]
+    assert segment_rates(times, 3) == pytest.approx([10.0, 10.0, 20.0])
+    # intervals that do not divide evenly: the last segment takes the rest
+    assert segment_rates([0.0, 0.1, 0.2, 0.3, 0.4], 3) == pytest.approx([10.0, 10.0, 10.0])
+    assert segment_rates([0.0, 0.1], 3) == []
+
+
+def test_selection_needs_the_slowest_segment_to_clear_the_model():
+    lucky = {"num_workers": 1, "batches_per_sec": 130.0, "segment_rates": [200.0, 130.0, 60.0], "error": None}
+    steady = {
+        "num_workers": 2,
+        "batches_per_sec": 125.0,
+        "segment_rates": [124.0, 125.0, 126.0],
+        "error": None,
+    }
+    suggested, reason = suggest_from_candidates([lucky, steady], 100.0)
+    assert suggested == 2  # one fast stretch of num_workers=1 does not make it keep up
+    assert "even in its slowest segment" in reason and "124.0-126.0 over 3 segments" in reason

@@ -17,13 +17,13 @@ import yaml
 from lightning.pytorch import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lightning_perf.analysis.comparison import from_json
+from lightning_perf.analysis.comparison_render import from_json
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.cli import main
 from lightning_perf.output.comparison_chart import TEXT_TAG
 from lightning_perf.trial.api import run_trial
 from lightning_perf.trial.runner import PROTOCOL_PREFIX, run_worker
-from lightning_perf.trial.spec import TrialError, Variant, parse_variant
+from lightning_perf.trial.spec import DEFAULT_WARMUP_STEPS, TrialError, Variant, parse_variant
 from lightning_perf.trial.worker import TrialProgress
 from tests.helpers import TinyDataModule, TinyModel, loader
 
@@ -66,27 +66,48 @@ def test_cli_trial_runs_each_variant_as_its_own_run_and_compares_them(workdir, c
         {"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": {"monitor": "val_loss"}},
     ]
     (workdir / "exp.yaml").write_text(yaml.safe_dump(config))
-    code = trial("--variant", "baseline", "--variant", "workers2:data.init_args.num_workers=2")
+    png = workdir / "trial.png"
+    code = trial(
+        "--repeats",
+        "2",
+        "--png",
+        str(png),
+        "--variant",
+        "baseline",
+        "--variant",
+        "workers2:data.init_args.num_workers=2",
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
 
     experiment = workdir / "perf_logs" / "exp"  # --name defaults to the config's stem
     for name, workers in (("baseline", 0), ("workers2", 2)):
-        run_dir = experiment / name
-        summary = RunSummary.load(run_dir)
-        assert summary.status == "finished"
-        assert 0 < summary.timing.steps <= STEPS
-        assert summary.settings.num_workers == workers
-        assert summary.utilization.cpu is None  # the user's PerfCallback(utilization=False) measured it
-        assert glob.glob(str(run_dir / "events.out.tfevents.*"))
-    # the table names both variants and the setting that differs
+        for round_dir in (experiment / name / "round_1", experiment / name / "round_2"):
+            summary = RunSummary.load(round_dir)
+            assert summary.status == "finished"
+            # warm-up steps run too; the first batch of the epoch is timed apart
+            assert 0 < summary.timing.steps <= STEPS + DEFAULT_WARMUP_STEPS
+            assert summary.settings.num_workers == workers
+            assert summary.utilization.cpu is None  # the user's PerfCallback(utilization=False) measured it
+            assert glob.glob(str(round_dir / "events.out.tfevents.*"))
+    # the table names both variants and the setting that differs; the change has an interval and a method
     assert "baseline" in out and "workers2" in out
     assert re.search(r"num_workers\s+0\s+2", out)
-    assert "verdict:" in out
-    # progress on stderr: which variant, how far, how it ended
-    assert "[1/2] baseline: running 8 steps ..." in err
-    assert f"[2/2] workers2: step {STEPS}/{STEPS}" in err
-    assert re.search(r"\[2/2\] workers2: done in [\d.]+ s \(median step [\d.]+ ms\)", err)
+    assert (
+        "verdict:" in out
+        and "method: paired t-interval of the log per-round ratios (2 interleaved rounds" in out
+    )
+    assert "2 interleaved rounds (baseline workers2, the order rotated each round)" in out
+    # progress on stderr: a bar, and a line per round as it ends, interleaved A B, B A
+    finished = re.findall(r"\[round (\d)/2 (\d)/2\] (\w+): done in [\d.]+ s \(median step [\d.]+ ms\)", err)
+    assert finished == [
+        ("1", "1", "baseline"),
+        ("1", "2", "workers2"),
+        ("2", "2", "workers2"),  # the order rotates each round
+        ("2", "1", "baseline"),
+    ]
+    assert "step/s" in err or "s/step" in err  # tqdm's rate (and ETA) on the bar
+    assert png.read_bytes().startswith(b"\x89PNG")
     # the comparison as JSON and as its own TensorBoard run
     comparison = from_json(json.loads((experiment / "comparison.json").read_text()))
     assert comparison.run_names == ["baseline", "workers2"] and comparison.baseline == "baseline"
@@ -104,6 +125,8 @@ def test_failed_variants_are_reported_and_the_others_still_run_and_are_compared(
     code = trial(
         "--format",
         "json",
+        "--repeats",
+        "1",
         "--variant",
         "boom:model.init_args.fail_at_batch=2",  # the requested baseline raises in training_step
         "--variant",
@@ -123,6 +146,7 @@ def test_failed_variants_are_reported_and_the_others_still_run_and_are_compared(
     assert status["typo"][0] == "failed" and "num_wrkers" in status["typo"][1]
     assert "[1/4] boom: FAILED: RuntimeError: injected failure" in err
     assert re.search(r"\[3/4\] typo: FAILED: invalid config or override: .*num_wrkers", err)
+    assert status["baseline"] == ("ok", None) and result["repeats"] == 1
     # the failed variant's full output is kept
     assert (
         "Traceback"
@@ -166,7 +190,7 @@ def test_python_api_runs_variants_in_process_and_restores_cudnn_benchmark(tmp_pa
             {"enable_profiler": False},
         ),
     ]
-    result = run_trial(variants, steps=STEPS, log_dir=str(tmp_path / "logs"), name="api")
+    result = run_trial(variants, steps=STEPS, log_dir=str(tmp_path / "logs"), name="api", repeats=1)
     out, err = capsys.readouterr()
 
     # the cudnn variant ran with benchmark on, and the flag is back to what it was
@@ -176,7 +200,7 @@ def test_python_api_runs_variants_in_process_and_restores_cudnn_benchmark(tmp_pa
     assert [v.name for v in result.failed] == ["broken"]
     assert result.failed[0].error == "ValueError: no such model"
     assert "[2/3] broken: FAILED: ValueError: no such model" in err
-    assert f"[3/3] cudnn: step {STEPS}/{STEPS}" in err
+    assert re.search(r"\[3/3\] cudnn: done in", err)
     for variant in result.succeeded:
         assert variant.summary_path == str(tmp_path / "logs" / "api" / variant.name / "perf_summary.json")
         assert RunSummary.load(variant.summary_path).timing.steps > 0

@@ -1,0 +1,235 @@
+"""Uncertainty of timings and of the change between runs: intervals and verdicts that hold under noise.
+
+Pure (SciPy and NumPy, no Lightning, no torch). Three questions, each answered with a named method:
+
+* How sure is one run's median? :func:`median_interval`: the distribution-free confidence interval of the
+  median from order statistics (``scipy.stats.binom``), no assumption on the shape of the step times.
+* Did one run change against another? :func:`compare_samples`: bootstrap interval of the ratio of medians
+  over the per-step samples (``scipy.stats.bootstrap``), confirmed by a Mann-Whitney U test
+  (``scipy.stats.mannwhitneyu``). Steps within one run share the machine's state, so this covers that run's
+  noise only, not a change of the machine between runs: the verdict says "single run".
+* Did a variant change over repeated, interleaved rounds? :func:`compare_rounds`: the per-round ratios
+  (variant / baseline of the same round) are the replicates; their geometric mean with a Student-t interval
+  on the log ratios (``scipy.stats.t``), which stays valid with as few as two rounds where a bootstrap or an
+  order-statistic interval cannot reach 95%. It also says how many rounds a verdict would need.
+
+SciPy is imported inside the functions: ``import lightning_perf`` stays light.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CONFIDENCE = 0.95
+# Bootstrap resamples: 2000 keeps the Monte-Carlo error of a 95% percentile bound near 0.5% of its width
+# (Efron & Tibshirani, "An Introduction to the Bootstrap", ch. 19: 1000-2000 for percentile intervals).
+BOOTSTRAP_RESAMPLES = 2000
+# A fixed seed: the same runs give the same interval every time they are compared.
+BOOTSTRAP_SEED = 0
+# Fewer samples per run than this give no per-step test (an interval from a handful of steps misleads).
+MIN_SAMPLES = 8
+# The largest number of rounds the "rounds needed" estimate names; beyond it the answer is "many more".
+MAX_ROUNDS_ESTIMATE = 50
+
+FASTER = "faster"
+SLOWER = "slower"
+NO_DIFFERENCE = "no measurable difference"
+VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE)
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    """The change of one timing between a run and the baseline, with its interval and verdict.
+
+    ``ratio`` is run / baseline (below 1: the run takes less time); ``low``/``high`` bound the ratio at
+    ``confidence``; ``verdict`` is ``"faster"``, ``"slower"`` or ``"no measurable difference"`` (a time
+    that shrinks is faster); ``method`` names how the interval was found; ``rounds_needed``, for repeated
+    trials without a verdict, estimates how many rounds would tell (``None``: unknown or not applicable).
+    """
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    verdict: str
+    method: str
+    rounds_needed: int | None = None
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict != NO_DIFFERENCE
+
+    def describe(self, than: str = "", metric: str = "") -> str:
+        """``1.25x slower than a (median step time, 95% interval of the ratio 1.10x-1.41x)``, or
+        ``no measurable difference from a (ratio 1.01x, 95% interval 0.97x-1.05x)``."""
+        bounds = f"{self.low:.2f}x-{self.high:.2f}x"
+        about = f"{metric}, " if metric else ""
+        level = f"{self.confidence:.0%}"
+        if not self.significant:
+            whom = f" from {than}" if than else ""
+            return f"{NO_DIFFERENCE}{whom} ({about}ratio {self.ratio:.2f}x, {level} interval {bounds})"
+        factor = 1.0 / self.ratio if self.verdict == FASTER else self.ratio
+        whom = f" than {than}" if than else ""
+        return f"{factor:.2f}x {self.verdict}{whom} ({about}{level} interval of the ratio {bounds})"
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence: expected a number in [0.5, 1), got {confidence!r}")
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """Distribution-free interval of the median: order statistics ``X(l)``, ``X(n-l+1)``.
+
+    ``P(X(l) <= median <= X(n-l+1)) = 1 - 2 * P(B <= l-1)`` for ``B ~ Binomial(n, 1/2)``; ``l`` is the largest
+    index keeping that at or above ``confidence``. ``None`` for fewer than 6 values (no such ``l``).
+    """
+    from scipy.stats import binom
+
+    _check_confidence(confidence)
+    n = len(values)
+    if n == 0:
+        return None
+    lower = int(binom.ppf((1.0 - confidence) / 2.0, n, 0.5))  # P(B <= lower - 1) < alpha / 2
+    if lower < 1:
+        return None
+    ordered = sorted(values)
+    return ordered[lower - 1], ordered[n - lower]
+
+
+def share_interval(
+    part: Sequence[float], whole: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float] | None:
+    """Bootstrap interval (percentile) of ``100 * sum(part) / sum(whole)`` over paired per-step samples.
+
+    Used for the DataLoader wait's share of step time. ``None`` with fewer than :data:`MIN_SAMPLES` steps.
+    """
+    import numpy as np
+
+    _check_confidence(confidence)
+    if len(part) != len(whole):
+        raise ValueError(f"share_interval: {len(part)} part samples but {len(whole)} whole samples")
+    if len(part) < MIN_SAMPLES or sum(whole) <= 0:
+        return None
+
+    def share(p: np.ndarray, w: np.ndarray, axis: int = -1) -> np.ndarray:
+        return 100.0 * p.sum(axis=axis) / np.maximum(w.sum(axis=axis), 1e-12)
+
+    return _percentile_bootstrap(
+        (np.asarray(part, dtype=float), np.asarray(whole, dtype=float)), share, True, confidence
+    )
+
+
+def _percentile_bootstrap(
+    data: tuple, statistic: Any, paired: bool, confidence: float
+) -> tuple[float, float]:
+    """``scipy.stats.bootstrap`` percentile interval, vectorised, with the fixed seed (same runs, same answer)."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    result = bootstrap(
+        data,
+        statistic,
+        paired=paired,
+        vectorized=True,
+        confidence_level=confidence,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def compare_samples(
+    baseline: Sequence[float],
+    other: Sequence[float],
+    statistic: str = "median",
+    confidence: float = CONFIDENCE,
+) -> MetricChange | None:
+    """The change of a timing from per-step samples of two single runs (a time: lower is faster).
+
+    ``statistic`` is ``"median"``, ``"p90"`` or ``"mean"``. A verdict needs both the bootstrap interval of the
+    ratio to exclude 1 and Mann-Whitney U (two-sided) to reject "same distribution" at ``1 - confidence``:
+    each alone has about that false-positive rate; together at most that. ``None`` when either run has fewer
+    than :data:`MIN_SAMPLES` samples.
+    """
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+
+    _check_confidence(confidence)
+    reducers = {
+        "median": lambda x, axis: np.median(x, axis=axis),
+        "p90": lambda x, axis: np.percentile(x, 90.0, axis=axis),
+        "mean": lambda x, axis: np.mean(x, axis=axis),
+    }
+    if statistic not in reducers:
+        raise ValueError(f"statistic: expected one of {', '.join(reducers)}, got {statistic!r}")
+    if len(baseline) < MIN_SAMPLES or len(other) < MIN_SAMPLES:
+        return None
+    base, run = np.asarray(baseline, dtype=float), np.asarray(other, dtype=float)
+    reduce = reducers[statistic]
+    base_value = float(reduce(base, -1))
+    if base_value <= 0:
+        return None
+
+    def ratio(b: np.ndarray, r: np.ndarray, axis: int = -1) -> np.ndarray:
+        return reduce(r, axis) / np.maximum(reduce(b, axis), 1e-12)
+
+    low, high = _percentile_bootstrap((base, run), ratio, False, confidence)
+    p_value = float(mannwhitneyu(base, run, alternative="two-sided").pvalue)
+    point = float(reduce(run, -1)) / base_value
+    separated = (low > 1.0 or high < 1.0) and p_value < 1.0 - confidence
+    verdict = NO_DIFFERENCE if not separated else (SLOWER if point > 1.0 else FASTER)
+    method = (
+        f"bootstrap of the {statistic} ratio over per-step samples ({len(base)} vs {len(run)} steps) and "
+        f"Mann-Whitney U (p={p_value:.2g}); single run each: changes of the machine between runs are not covered"
+    )
+    return MetricChange(point, low, high, confidence, verdict, method)
+
+
+def compare_rounds(
+    baseline: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE
+) -> MetricChange | None:
+    """The change of a timing over interleaved rounds, paired by round (``other[i] / baseline[i]``).
+
+    Geometric mean of the per-round ratios with a Student-t interval on their logarithms (``scipy.stats.t``).
+    ``None`` with fewer than two complete rounds or a non-positive value.
+    """
+    from scipy.stats import t as student_t
+
+    _check_confidence(confidence)
+    pairs = [(b, o) for b, o in zip(baseline, other, strict=True) if b and o and b > 0 and o > 0]
+    n = len(pairs)
+    if n < 2:
+        return None
+    logs = [math.log(o / b) for b, o in pairs]
+    mean = sum(logs) / n
+    spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    half = float(student_t.ppf(0.5 + confidence / 2.0, n - 1)) * spread / math.sqrt(n)
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    separated = low > 1.0 or high < 1.0
+    verdict = NO_DIFFERENCE if not separated else (SLOWER if mean > 0 else FASTER)
+    needed = None if separated else rounds_needed(mean, spread, confidence)
+    method = f"paired t-interval of the log per-round ratios ({n} interleaved rounds, geometric mean)"
+    return MetricChange(math.exp(mean), low, high, confidence, verdict, method, needed)
+
+
+def rounds_needed(mean_log: float, spread_log: float, confidence: float = CONFIDENCE) -> int | None:
+    """Rounds at which a change of ``exp(mean_log)`` with this round-to-round spread would be told apart.
+
+    ``None`` when the observed change is nil (no count would tell) or more than :data:`MAX_ROUNDS_ESTIMATE`
+    would be needed.
+    """
+    from scipy.stats import t as student_t
+
+    if spread_log <= 0.0:
+        return 2
+    if abs(mean_log) < 1e-12:
+        return None
+    for n in range(2, MAX_ROUNDS_ESTIMATE + 1):
+        if float(student_t.ppf(0.5 + confidence / 2.0, n - 1)) * spread_log / math.sqrt(n) < abs(mean_log):
+            return n
+    return None
