@@ -70,6 +70,8 @@ class PerfSession:
         self.shapes: set[tuple[int, ...]] = set()
         self.batch_size_seen: int | None = None
         self.kernel_busy_pct: list[float] = []  # per profiled cycle with CUDA activity
+        # set when the loop's fetcher could not be timed: the callback's batch hook drives the session
+        self.hook_timing: fetch_timing.HookTiming | None = None
 
     # -- fetcher listener --------------------------------------------------------------------------------
 
@@ -157,7 +159,9 @@ def open_session(
             on_trace=(lambda trace, prof: on_trace(session, trace)) if "cuda" in activities else None,
         )
     if not fetch_timing.instrument(fetcher, session):
-        rank_zero_info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
+        # no fetcher to time: boundaries come from the batch hooks, where the DataLoader wait is not visible
+        session.clock = StepClock(measure_data_wait=False)
+        session.hook_timing = fetch_timing.HookTiming(session)
     return session
 
 

@@ -34,7 +34,7 @@ def collect_settings(
     batch_size: int | None = None,
     input_shapes_vary: bool | None = None,
 ) -> Settings:
-    import lightning
+    from lightning_perf.collect.namespaces import lightning_version
 
     device = trainer.strategy.root_device
     settings = Settings(
@@ -48,7 +48,7 @@ def collect_settings(
         strategy=getattr(trainer.strategy, "strategy_name", type(trainer.strategy).__name__),
         accumulate_grad_batches=int(trainer.accumulate_grad_batches),
         torch_version=torch.__version__,
-        lightning_version=lightning.__version__,
+        lightning_version=lightning_version(trainer),
         cuda_version=torch.version.cuda,
         cpu_count=usable_cpu_count(),
         host=socket.gethostname(),

@@ -106,11 +106,14 @@ def write(
     trainer: Any, summary: RunSummary, *, log_dir: str | None, log_hparams: bool, hp_placeholder: bool
 ) -> None:
     """perf_summary.json, and for a fit: the diagnosis (Text tab, console), the probe chart, HParams."""
+    summary_path = None
     if log_dir:
         name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
-        summary.save(os.path.join(log_dir, name))
+        summary_path = os.path.join(log_dir, name)
+        summary.save(summary_path)
     if summary.stage != "fit":
         return
+    markdown = None
     if summary.findings:
         from lightning_perf.analysis.findings_render import render_console, render_markdown
 
@@ -121,6 +124,8 @@ def write(
         tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"])
     if log_hparams:
         tensorboard.write_hparams(trainer, summary, hp_placeholder)
+    # CSV, MLflow, W&B, ...: the same results through each logger's own API
+    tensorboard.publish_run_end(trainer, summary, markdown, summary_path)
 
 
 def short_run_message(schedule: ProfileSchedule, session: PerfSession) -> str | None:
