@@ -49,7 +49,10 @@ class SleepyIterable(IterableDataset):
             yield torch.randn(FEATURES), torch.randn(1)
 
 
-class TinyModel(L.LightningModule):
+class TinyModelSteps:
+    """TinyModel's body, mixed into a LightningModule of either namespace (``lightning.pytorch`` or
+    ``pytorch_lightning``)."""
+
     def __init__(self, step_delay_s: float = 0.0, fail_at_batch: int | None = None, interrupt: bool = False):
         super().__init__()
         self.layer = torch.nn.Linear(FEATURES, 1)
@@ -83,6 +86,10 @@ class TinyModel(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class TinyModel(TinyModelSteps, L.LightningModule):
+    pass
 
 
 class TwoOptimizerModel(TinyModel):
