@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -13,12 +14,23 @@ from lightning_perf.collect.utilization import usable_cpu_count
 
 
 def train_dataloader(trainer: Any) -> DataLoader | None:
-    """The first training DataLoader of the running fit (Lightning wraps them in a CombinedLoader)."""
-    combined = getattr(trainer.fit_loop, "_combined_loader", None)
-    loaders = combined.flattened if combined is not None else []
-    for loader in loaders:
-        if isinstance(loader, DataLoader):
-            return loader
+    """The first training DataLoader of the running fit, from the public ``trainer.train_dataloader`` (the
+    loaders as the user returned them: one, or a list or dict of them)."""
+    try:
+        return _first_dataloader(trainer.train_dataloader)
+    except AttributeError:  # a Lightning version whose property reads a renamed internal
+        return None
+
+
+def _first_dataloader(loaders: Any, depth: int = 0) -> DataLoader | None:
+    if isinstance(loaders, DataLoader):
+        return loaders
+    if isinstance(loaders, Mapping):
+        loaders = list(loaders.values())
+    if depth < 3 and isinstance(loaders, (list, tuple)):
+        for item in loaders:
+            if (found := _first_dataloader(item, depth + 1)) is not None:
+                return found
     return None
 
 
