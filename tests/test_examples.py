@@ -13,15 +13,18 @@ import torch
 from lightning.pytorch.cli import LightningCLI
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from examples import cnn_inference, resnet18_cifar10
-from examples.resnet18_cifar10 import (
+# the examples need the `examples` extra (torchvision); the library does not
+pytest.importorskip("torchvision")
+
+from examples import cnn_inference, resnet18_cifar10  # noqa: E402
+from examples.resnet18_cifar10 import (  # noqa: E402
     CIFAR10DataModule,
     ResNet18Classifier,
     auto_num_workers,
 )
-from lightning_perf import PerfCallback
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
-from tests.helpers import trace_files
+from lightning_perf import PerfCallback  # noqa: E402
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary  # noqa: E402
+from tests.helpers import trace_files  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "config.yaml"
