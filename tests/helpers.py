@@ -119,7 +119,8 @@ def loader(
     return DataLoader(SleepyDataset(n, delay_s), batch_size=batch_size, num_workers=num_workers, **kwargs)
 
 
-def trainer(tmp_path, callbacks, **kwargs) -> L.Trainer:
+def trainer(tmp_path, callbacks, pl=L, **kwargs) -> L.Trainer:
+    """A quiet one-epoch Trainer of the namespace ``pl`` (``lightning``, or ``pytorch_lightning``)."""
     options = dict(
         default_root_dir=str(tmp_path),
         max_epochs=1,
@@ -131,7 +132,7 @@ def trainer(tmp_path, callbacks, **kwargs) -> L.Trainer:
         num_sanity_val_steps=0,
     )
     options.update(kwargs)
-    return L.Trainer(callbacks=callbacks, **options)
+    return pl.Trainer(callbacks=callbacks, **options)
 
 
 def trace_files(directory) -> list[str]:

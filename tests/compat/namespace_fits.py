@@ -8,7 +8,7 @@ from functools import cache
 import pytest
 
 from lightning_perf import PerfCallback
-from tests.helpers import TinyModelSteps
+from tests.helpers import TinyModelSteps, trainer
 
 NAMESPACES = ["lightning.pytorch", "pytorch_lightning"]
 
@@ -36,15 +36,6 @@ def quick_callback(**kwargs) -> PerfCallback:
 
 
 def fit_trainer(pl, tmp_path, callbacks, **kwargs):
-    options = dict(
-        default_root_dir=str(tmp_path),
-        max_epochs=1,
-        limit_train_batches=12,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        log_every_n_steps=4,
-        num_sanity_val_steps=0,
-    )
+    options = dict(limit_train_batches=12, log_every_n_steps=4)
     options.update(kwargs)
-    return pl.Trainer(callbacks=callbacks, **options)
+    return trainer(tmp_path, callbacks, pl=pl, **options)
