@@ -42,13 +42,21 @@ def callback_bases() -> tuple[type, ...]:
     from lightning.pytorch import Callback
 
     bases: list[type] = [Callback]
-    if importlib.util.find_spec("pytorch_lightning") is not None:
-        try:
-            import pytorch_lightning
+    if importlib.util.find_spec("pytorch_lightning") is None:
+        return tuple(bases)
+    import lightning_utilities.core.rank_zero as rank_zero
 
-            bases.append(pytorch_lightning.Callback)
-        except Exception:  # a broken or mismatched install: the unified namespace still works
-            pass
+    # importing pytorch_lightning points the rank-zero messages of *both* namespaces at its own logger; a user
+    # of `lightning` who did not import it keeps Lightning's messages on the logger they configured
+    user_logger = None if "pytorch_lightning" in sys.modules else rank_zero.log
+    try:
+        import pytorch_lightning
+
+        bases.append(pytorch_lightning.Callback)
+    except Exception:  # a broken or mismatched install: the unified namespace still works
+        pass
+    if user_logger is not None:
+        rank_zero.log = user_logger
     return tuple(bases)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -58,3 +60,14 @@ def test_dataloader_iter_steps_report_step_time_without_a_wait(pl, tmp_path):  #
     timing = callback.last_summary.timing
     assert timing.steps >= 8 and timing.step_time_ms.median > 0
     assert timing.data_wait_ms is None and timing.data_wait_pct is None
+
+
+def test_importing_the_callback_leaves_lightnings_logging_alone():
+    # a fresh interpreter: `lightning` user, pytorch_lightning installed but not imported by them
+    code = (
+        "import lightning.pytorch, lightning_utilities.core.rank_zero as r; import lightning_perf.callback; "
+        "import pytorch_lightning; print(r.log.name)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "lightning.pytorch.utilities.rank_zero"
