@@ -162,10 +162,8 @@ class PerfCallback(*namespaces.callback_bases()):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if (
-            namespaces.is_instance(trainer.profiler, "profilers", "PyTorchProfiler")
-            and self.config.enable_profiler
-        ):
+        pytorch_profiler = namespaces.is_instance(trainer.profiler, "profilers", "PyTorchProfiler")
+        if pytorch_profiler and self.config.enable_profiler:
             raise ValueError(
                 "`Trainer(profiler=...)` is a PyTorchProfiler and PerfCallback drives torch.profiler itself: "
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
@@ -240,12 +238,11 @@ class PerfCallback(*namespaces.callback_bases()):
         session = self._fit
         if session is None:
             return
-        fetcher = fetcher_hooks.loop_fetcher(trainer.fit_loop)
-        # reload_dataloaders_every_n_epochs made a new fetcher
         if session.hook_timing is not None:
             session.clock.epochs += 1  # no fetch to time: the epoch's first batch is an ordinary step
             return
-        if not fetcher_hooks.is_instrumented(fetcher):
+        fetcher = fetcher_hooks.loop_fetcher(trainer.fit_loop)
+        if not fetcher_hooks.is_instrumented(fetcher):  # reload_dataloaders_every_n_epochs made a new one
             fetcher_hooks.instrument(fetcher, session)
         session.clock.epoch_started()
 
