@@ -6,21 +6,27 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN = $(VENV)/bin
-# torch first: pinned versions this project is tested with (any torch>=2.2 works for users)
+# torch first: pinned versions this project is tested with (any torch>=2.2 works for users; torchvision is
+# the `examples` extra, pinned here to the build that matches this torch)
 TORCH = torch==2.14.1 torchvision==0.29.1
+# the Lightning the suite runs on first; both namespaces (`lightning`, `pytorch_lightning`) at the same version
+LIGHTNING ?= 2.6.6
+# the other Lightning versions of the declared range (pyproject's `lightning>=2.4,<3`) that .ci/run tests
+LIGHTNING_MATRIX ?= 2.5.6 2.4.0
 
-.PHONY: venv demo gpu-check test lint bench clean
+.PHONY: venv demo gpu-check test test-lightning print-lightning print-lightning-matrix lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,examples,loggers]" lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
 	touch $@
 
 venv: $(BIN)/.installed
 
 demo: venv
+	$(BIN)/pip install --quiet -e ".[examples]"
 	$(BIN)/python examples/resnet18_cifar10.py
 
 gpu-check: venv
@@ -32,6 +38,18 @@ lint: venv
 
 test: lint
 	$(BIN)/python -m pytest
+
+# the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6
+test-lightning: venv
+	$(BIN)/pip install --quiet --no-deps lightning==$(V) pytorch-lightning==$(V)
+	$(BIN)/python -m pytest -q
+	$(BIN)/pip install --quiet --no-deps lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
+
+print-lightning:
+	@echo $(LIGHTNING)
+
+print-lightning-matrix:
+	@echo $(LIGHTNING_MATRIX)
 
 bench: venv
 	$(BIN)/python benchmarks/bench_timing_accuracy.py

@@ -9,23 +9,19 @@ from time import perf_counter
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
 from lightning_perf import console
-from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import fetch_timing as fetcher_hooks
-from lightning_perf.collect import run_state
+from lightning_perf.collect import namespaces, run_state
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
 from lightning_perf.output import end_of_run as run_end
-from lightning_perf.output import loggers as tensorboard
-from lightning_perf.output import windows
+from lightning_perf.output import loggers, windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
-
-KERNEL_BUSY_PCT = metrics.KERNEL_BUSY.tag
 
 log = console.logger(__name__)
 
@@ -44,7 +40,8 @@ _CONFIG_FIELDS = {f.name for f in dataclasses.fields(PerfConfig)}
 _EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
 
 
-class PerfCallback(Callback):
+# a subclass of lightning.pytorch.Callback and, where it is installed, of pytorch_lightning.Callback
+class PerfCallback(*namespaces.callback_bases()):
     r"""Profile, time and diagnose training with one line: ``Trainer(callbacks=[PerfCallback()])``.
 
     The callback starts and steps ``torch.profiler`` on batch boundaries according to a schedule (the same
@@ -70,7 +67,8 @@ class PerfCallback(Callback):
         profile_memory: record tensor allocations (bigger traces).
         with_stack: record Python stacks (much bigger traces); enables the flame-graph export.
         with_flops: estimate FLOPs of matrix multiplications and convolutions.
-        dirpath: directory for traces; default: the TensorBoard logger's log dir, else ``trainer.log_dir``.
+        dirpath: directory for traces and the summary; default: the TensorBoard logger's log dir, else the first
+            logger's run dir, else a new ``default_root_dir/lightning_perf/version_N``.
         max_trace_mb: cap on the trace bytes written per run and rank; later cycles are skipped past it.
         export_stacks: write collapsed stacks for flame graphs beside each trace (needs ``with_stack``).
         export_speedscope: write a Speedscope JSON file beside each trace.
@@ -157,9 +155,8 @@ class PerfCallback(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        from lightning.pytorch.profilers import PyTorchProfiler
-
-        if isinstance(trainer.profiler, PyTorchProfiler) and self.config.enable_profiler:
+        pytorch_profiler = namespaces.is_instance(trainer.profiler, "profilers", "PyTorchProfiler")
+        if pytorch_profiler and self.config.enable_profiler:
             raise ValueError(
                 "`Trainer(profiler=...)` is a PyTorchProfiler and PerfCallback drives torch.profiler itself: "
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
@@ -176,22 +173,25 @@ class PerfCallback(Callback):
             self._reducer = RankReducer()
             self._reducer.gather_hosts(socket.gethostname())
             if self.config.log_hparams:
-                # before Lightning writes its hp_metric placeholder, which would hide ours (see tensorboard.py)
-                self._hp_placeholder = tensorboard.disable_default_hp_metric(trainer)
+                # before Lightning writes its hp_metric placeholder, which would hide ours (see loggers.py)
+                self._hp_placeholder = loggers.disable_default_hp_metric(trainer)
 
     def _resolve_dir(self, trainer: Trainer) -> str:
+        """``dirpath``, else this run's own folder (see ``loggers.run_dir``): found on rank zero, where the
+        loggers' runs exist, and broadcast (a collective: setup runs on every rank)."""
         if self.config.dirpath is not None:
             return self.config.dirpath
-        tb_logger = tensorboard.tensorboard_logger(trainer)
-        if tb_logger is not None and tb_logger is not trainer.loggers[0]:
-            return trainer.strategy.broadcast(tb_logger.log_dir)
-        return trainer.log_dir or trainer.default_root_dir
+        return trainer.strategy.broadcast(loggers.run_dir(trainer) if trainer.is_global_zero else None)
 
-    def _new_session(self, trainer: Trainer, stage: str, fetcher: Any) -> PerfSession:
+    def _new_session(self, trainer: Trainer, stage: str, loop_name: str) -> PerfSession:
         def on_trace(session: PerfSession, trace: TraceFile) -> None:
             self._trace_written(trainer, session, trace)
 
-        return open_session(trainer, stage, fetcher, self.config, self._trace_dir, on_trace)
+        fetcher = fetcher_hooks.loop_fetcher(getattr(trainer, loop_name))
+        session = open_session(trainer, stage, fetcher, self.config, self._trace_dir, on_trace)
+        if session.hook_timing is not None:
+            fetcher_hooks.HookTiming.warn(trainer, stage, loop_name)
+        return session
 
     def _trace_written(self, trainer: Trainer, session: PerfSession, trace: TraceFile) -> None:
         """A cycle with CUDA activity was saved: read once after the last step (output.trace_findings)."""
@@ -203,10 +203,10 @@ class PerfCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._started_at = run_end.now()
         self._fit_started = perf_counter()
-        self._fit = self._new_session(trainer, "fit", trainer.fit_loop._data_fetcher)
+        self._fit = self._new_session(trainer, "fit", "fit_loop")
         if self._reducer is not None:
             self._reducer.check_batch_counts(trainer.num_training_batches)  # collective, on every rank
-        tensorboard.write_custom_scalars_layout(trainer)
+        loggers.write_custom_scalars_layout(trainer)
         self._ab_spec = None
         if self.config.utilization:
             self._start_sampler(trainer)
@@ -216,7 +216,10 @@ class PerfCallback(Callback):
         session = self._fit
         if session is None:
             return
-        fetcher = trainer.fit_loop._data_fetcher
+        if session.hook_timing is not None:
+            session.clock.epochs += 1  # no fetch to time: the epoch's first batch is an ordinary step
+            return
+        fetcher = fetcher_hooks.loop_fetcher(trainer.fit_loop)
         if not fetcher_hooks.is_instrumented(fetcher):  # reload_dataloaders_every_n_epochs made a new one
             fetcher_hooks.instrument(fetcher, session)
         session.clock.epoch_started()
@@ -230,6 +233,9 @@ class PerfCallback(Callback):
         if self.config.ab_cudnn_benchmark and self._ab_spec is None:  # on every rank: under DDP all run it
             # the shape, dtype and memory format of a batch (not the batch) for the cudnn.benchmark A/B
             self._ab_spec = BatchSpec.of(first_tensor(batch))
+        session = self._fit
+        if session is not None and session.hook_timing is not None:
+            session.hook_timing.batch_started(batch)
 
     @override
     def on_train_batch_end(
@@ -331,15 +337,15 @@ class PerfCallback(Callback):
     def _start_eval(self, trainer: Trainer, stage: str) -> None:
         self._started_at = run_end.now()
         self._fit_started = perf_counter()
-        loop = getattr(trainer, _EVAL_STAGES[stage])
-        self._eval = self._new_session(trainer, stage, loop._data_fetcher)
+        self._eval = self._new_session(trainer, stage, _EVAL_STAGES[stage])
         self._eval.clock.epoch_started()
 
     def _finish_eval(self, trainer: Trainer, status: str) -> None:
         session, self._eval = self._eval, None
         if session is None:
             return
-        self._finish(trainer, session, status, getattr(trainer, _EVAL_STAGES[session.stage])._data_fetcher)
+        loop = getattr(trainer, _EVAL_STAGES[session.stage])
+        self._finish(trainer, session, status, fetcher_hooks.loop_fetcher(loop))
 
     # -- the end of a run, however it ends -----------------------------------------------------------------
 
@@ -357,18 +363,15 @@ class PerfCallback(Callback):
             if session is not None and session.window is not None:
                 session.window.close()
         self._stop_sampler()
-        fetcher_hooks.uninstrument(trainer.fit_loop._data_fetcher)
-        for loop_name in _EVAL_STAGES.values():
-            fetcher_hooks.uninstrument(getattr(trainer, loop_name)._data_fetcher)
+        for loop_name in ("fit_loop", *_EVAL_STAGES.values()):
+            fetcher_hooks.uninstrument(fetcher_hooks.loop_fetcher(getattr(trainer, loop_name)))
         if self._hp_placeholder:
-            logger = tensorboard.tensorboard_logger(trainer)
-            if logger is not None:
-                logger._default_hp_metric = True  # the user's logger as it was, for a later fit
+            loggers.restore_default_hp_metric(trainer)  # the user's logger as it was, for a later fit
         self._reset_runtime()
 
     def _finish_fit(self, trainer: Trainer, status: str) -> None:
         session, self._fit = self._fit, None
-        self._finish(trainer, session, status, trainer.fit_loop._data_fetcher)
+        self._finish(trainer, session, status, fetcher_hooks.loop_fetcher(trainer.fit_loop))
 
     def _finish(self, trainer: Trainer, session: PerfSession, status: str, fetcher: Any) -> None:
         """Stop measuring, then summarise, diagnose and write. Never raises: the run's own outcome wins."""

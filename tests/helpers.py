@@ -49,7 +49,10 @@ class SleepyIterable(IterableDataset):
             yield torch.randn(FEATURES), torch.randn(1)
 
 
-class TinyModel(L.LightningModule):
+class TinyModelSteps:
+    """TinyModel's body, mixed into a LightningModule of either namespace (``lightning.pytorch`` or
+    ``pytorch_lightning``)."""
+
     def __init__(self, step_delay_s: float = 0.0, fail_at_batch: int | None = None, interrupt: bool = False):
         super().__init__()
         self.layer = torch.nn.Linear(FEATURES, 1)
@@ -85,6 +88,10 @@ class TinyModel(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+class TinyModel(TinyModelSteps, L.LightningModule):
+    pass
+
+
 class TwoOptimizerModel(TinyModel):
     """Manual optimization with two optimizers stepped in every training_step."""
 
@@ -112,7 +119,8 @@ def loader(
     return DataLoader(SleepyDataset(n, delay_s), batch_size=batch_size, num_workers=num_workers, **kwargs)
 
 
-def trainer(tmp_path, callbacks, **kwargs) -> L.Trainer:
+def trainer(tmp_path, callbacks, pl=L, **kwargs) -> L.Trainer:
+    """A quiet one-epoch Trainer of the namespace ``pl`` (``lightning``, or ``pytorch_lightning``)."""
     options = dict(
         default_root_dir=str(tmp_path),
         max_epochs=1,
@@ -124,7 +132,7 @@ def trainer(tmp_path, callbacks, **kwargs) -> L.Trainer:
         num_sanity_val_steps=0,
     )
     options.update(kwargs)
-    return L.Trainer(callbacks=callbacks, **options)
+    return pl.Trainer(callbacks=callbacks, **options)
 
 
 def trace_files(directory) -> list[str]:

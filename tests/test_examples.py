@@ -7,20 +7,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.cli import LightningCLI
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from examples import case_study, cnn_inference, resnet18_cifar10
-from examples.batch_augment import augment_batch, normalize_batch
-from examples.resnet18_cifar10 import CIFAR10DataModule, ResNet18Classifier
-from lightning_perf import PerfCallback
-from lightning_perf.analysis.diagnosis import diagnose
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary
-from tests.analysis.test_rules_pipeline import case_study as case_study_summary
-from tests.helpers import trace_files
+# the examples need the `examples` extra (torchvision); the library does not
+pytest.importorskip("torchvision")
+
+from examples import case_study, cnn_inference, resnet18_cifar10  # noqa: E402
+from examples.batch_augment import augment_batch, normalize_batch  # noqa: E402
+from examples.resnet18_cifar10 import CIFAR10DataModule, ResNet18Classifier  # noqa: E402
+from lightning_perf import PerfCallback  # noqa: E402
+from lightning_perf.analysis.diagnosis import diagnose  # noqa: E402
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary  # noqa: E402
+from tests.analysis.test_rules_pipeline import case_study as case_study_summary  # noqa: E402
+from tests.helpers import trace_files  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "config.yaml"
@@ -235,6 +239,14 @@ def test_datamodule_rejects_bad_arguments_naming_them(kwargs, message):
 # ------------------------------------------------------------------------------------------ config.yaml
 
 
+# Lightning 2.4.0's CLI stores `_class_path` in both the model's and the datamodule's hparams and then refuses to
+# merge them (Lightning issue 20182; 2.5.6 and 2.6.6 pass): the config cannot train through a LightningCLI there
+LIGHTNING_20182 = pytest.mark.skipif(
+    lightning.__version__ == "2.4.0", reason="Lightning 2.4.0 bug #20182: `_class_path` in merged hparams"
+)
+
+
+@LIGHTNING_20182
 def test_config_trains_through_the_example_script(tmp_path):
     cmd = [
         sys.executable,

@@ -11,8 +11,11 @@ a listener. The swap touches one object for one run and is undone at the end; Li
 
 from __future__ import annotations
 
+import warnings
 from time import perf_counter
 from typing import Any, Protocol
+
+from lightning_perf.collect.namespaces import is_instance, lightning_version
 
 _LISTENER_ATTR = "_lightning_perf_listener"
 _TIMED_CLASSES: dict[type, type] = {}
@@ -86,6 +89,39 @@ def is_instrumented(fetcher: Any) -> bool:
 
 def fetches_inside_step(fetcher: Any) -> bool:
     """True when ``training_step`` takes ``dataloader_iter`` and fetches its own batches."""
-    from lightning.pytorch.loops.fetchers import _DataLoaderIterDataFetcher
+    return is_instance(fetcher, "loops.fetchers", "_DataLoaderIterDataFetcher")
 
-    return isinstance(fetcher, _DataLoaderIterDataFetcher)
+
+def loop_fetcher(loop: Any) -> Any:
+    """The loop's data fetcher (a private attribute of Lightning's loops), or None where a version lacks it."""
+    return getattr(loop, "_data_fetcher", None)
+
+
+class HookTiming:
+    """The fallback where the loop's fetcher cannot be timed (a Lightning version without
+    ``<loop>._data_fetcher``, or a fetcher whose class cannot be swapped): batch boundaries come from the public
+    ``on_train_batch_start`` hook instead. Step time, throughput and the profiling schedule still work; the
+    DataLoader wait, compute time and epoch start-up are not observable there (the hook runs after the fetch
+    and the host-to-device copy), so they are not reported. One warning says so.
+    """
+
+    def __init__(self, listener: FetchListener) -> None:
+        self.listener = listener
+
+    def batch_started(self, batch: Any) -> None:
+        t = perf_counter()
+        self.listener.before_fetch(t)
+        self.listener.after_fetch(t, t, batch)
+
+    @staticmethod
+    def warn(trainer: Any, stage: str, loop_name: str) -> None:
+        if stage == "fit":
+            instead = "batch boundaries come from on_train_batch_start. Lost: DataLoader wait, compute time "
+            instead += "and epoch start-up time (step time, throughput, utilization and traces still work)."
+        else:
+            instead = f"its batches are not timed. Lost: the {stage} run's step figures and traces."
+        warnings.warn(
+            f"lightning-perf: the {stage} loop of Lightning {lightning_version(trainer)} has no data fetcher "
+            f"that can be timed (`trainer.{loop_name}._data_fetcher`); {instead}",
+            stacklevel=3,
+        )

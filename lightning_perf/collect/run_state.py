@@ -78,6 +78,8 @@ class PerfSession:
         # (path, global step) of each saved cycle with CUDA activity, read after the last step
         self.cuda_traces: list[tuple[str, int]] = []
         self.machine = MachineWatch()  # what else the machine does while this run measures
+        # set when the loop's fetcher could not be timed: the callback's batch hook drives the session
+        self.hook_timing: fetch_timing.HookTiming | None = None
 
     # -- fetcher listener --------------------------------------------------------------------------------
 
@@ -174,7 +176,9 @@ def open_session(
             device=str(trainer.strategy.root_device),
         )
     if not fetch_timing.instrument(fetcher, session):
-        log.info("lightning-perf: could not attach to this loop's data fetcher; nothing is measured")
+        # no fetcher to time: boundaries come from the batch hooks, where the DataLoader wait is not visible
+        session.clock = StepClock(measure_data_wait=False)
+        session.hook_timing = fetch_timing.HookTiming(session)
     return session
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -14,12 +15,23 @@ from lightning_perf.collect.cpu_sampler import usable_cpu_count
 
 
 def train_dataloader(trainer: Any) -> DataLoader | None:
-    """The first training DataLoader of the running fit (Lightning wraps them in a CombinedLoader)."""
-    combined = getattr(trainer.fit_loop, "_combined_loader", None)
-    loaders = combined.flattened if combined is not None else []
-    for loader in loaders:
-        if isinstance(loader, DataLoader):
-            return loader
+    """The first training DataLoader of the running fit, from the public ``trainer.train_dataloader`` (the
+    loaders as the user returned them: one, or a list or dict of them)."""
+    try:
+        return _first_dataloader(trainer.train_dataloader)
+    except AttributeError:  # a Lightning version whose property reads a renamed internal
+        return None
+
+
+def _first_dataloader(loaders: Any, depth: int = 0) -> DataLoader | None:
+    if isinstance(loaders, DataLoader):
+        return loaders
+    if isinstance(loaders, Mapping):
+        loaders = list(loaders.values())
+    if depth < 3 and isinstance(loaders, (list, tuple)):
+        for item in loaders:
+            if (found := _first_dataloader(item, depth + 1)) is not None:
+                return found
     return None
 
 
@@ -52,7 +64,7 @@ def collect_settings(
     input_shapes_vary: bool | None = None,
     loader_yields_cuda: bool | None = None,
 ) -> Settings:
-    import lightning
+    from lightning_perf.collect.namespaces import lightning_version
 
     device = trainer.strategy.root_device
     settings = Settings(
@@ -66,7 +78,7 @@ def collect_settings(
         strategy=getattr(trainer.strategy, "strategy_name", type(trainer.strategy).__name__),
         accumulate_grad_batches=int(trainer.accumulate_grad_batches),
         torch_version=torch.__version__,
-        lightning_version=lightning.__version__,
+        lightning_version=lightning_version(trainer),
         cuda_version=torch.version.cuda,
         cpu_count=usable_cpu_count(),
         host=socket.gethostname(),

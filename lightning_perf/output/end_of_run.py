@@ -147,22 +147,34 @@ def write(
 ) -> None:
     """perf_summary.json, and for a fit: the diagnosis (Text tab, console), the trace chart, HParams.
     Never raises."""
-    _save(summary, log_dir)
+    summary_path = _save(summary, log_dir)
     if summary.stage != "fit":
         return
     _show_findings(trainer, summary)
     _safely("draw the trace chart", lambda: trace_findings.log_chart(trainer, summary))
     if log_hparams:
         _safely("write the HParams", lambda: tensorboard.write_hparams(trainer, summary, hp_placeholder))
+    # CSV, MLflow, W&B, ...: the same results through each logger's own API
+    _safely("publish to the other loggers", lambda: _publish(trainer, summary, summary_path))
 
 
-def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> None:
-    if log_dir:
-        name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
-        path = os.path.join(log_dir, name)
-        if update and not os.path.exists(path):
-            return  # the first write failed and warned: the disk said no once, not twice
-        _safely(f"write {path}", lambda: summary.save(path))
+def _publish(trainer: Any, summary: RunSummary, summary_path: str | None) -> None:
+    from lightning_perf.analysis.findings_render import render_markdown
+
+    markdown = render_markdown(summary.findings, summary) if summary.findings else None
+    tensorboard.publish_run_end(trainer, summary, markdown, summary_path)
+
+
+def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> str | None:
+    """Write the summary file; its path, or None when there is none (no log dir, or the disk said no)."""
+    if not log_dir:
+        return None
+    name = SUMMARY_FILENAME if summary.stage == "fit" else f"perf_summary_{summary.stage}.json"
+    path = os.path.join(log_dir, name)
+    if update and not os.path.exists(path):
+        return None  # the first write failed and warned: the disk said no once, not twice
+    _safely(f"write {path}", lambda: summary.save(path))
+    return path if os.path.exists(path) else None
 
 
 def _show_findings(trainer: Any, summary: RunSummary) -> None:

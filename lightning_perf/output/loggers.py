@@ -1,24 +1,94 @@
-"""Writing to the Trainer's loggers and TensorBoard run: scalars, text, HParams, custom-scalar layout."""
+"""Writing to the Trainer's loggers: scalars to all; the TensorBoard run's text, HParams and custom-scalar
+layout; the end of a fit to the other loggers (:mod:`lightning_perf.output.other_loggers`); the run dir."""
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from lightning_perf import console
 from lightning_perf.analysis import metrics as registry
+from lightning_perf.collect.namespaces import is_instance
+from lightning_perf.output import other_loggers
 
 log = console.logger(__name__)
 
 
 def tensorboard_logger(trainer: Any) -> Any | None:
-    """The Trainer's first TensorBoardLogger, or None."""
-    from lightning.pytorch.loggers import TensorBoardLogger
-
+    """The Trainer's first TensorBoardLogger (``lightning.pytorch`` or ``pytorch_lightning``), or None."""
     for logger in trainer.loggers:
-        if isinstance(logger, TensorBoardLogger):
+        if is_tensorboard(logger):
             return logger
     return None
+
+
+def is_tensorboard(logger: Any) -> bool:
+    return is_instance(logger, "loggers", "TensorBoardLogger")
+
+
+# the folder of runs without any logger, under default_root_dir
+NO_LOGGER_DIR = "lightning_perf"
+
+
+def run_dir(trainer: Any) -> str:
+    """This run's own folder for traces and perf_summary.json (call on rank zero, where loggers are real):
+    the TensorBoard logger's log dir, else the first logger's run dir, else a new
+    ``default_root_dir/lightning_perf/version_N``. Never a folder another run writes to."""
+    logger = tensorboard_logger(trainer)
+    if logger is not None:
+        return logger.log_dir
+    for logger in trainer.loggers[:1]:
+        found = logger_run_dir(logger, trainer.default_root_dir)
+        if found:
+            return found
+    return new_version_dir(os.path.join(trainer.default_root_dir, NO_LOGGER_DIR))
+
+
+def logger_run_dir(logger: Any, default_root_dir: str) -> str | None:
+    """Where ``logger`` keeps this run's files: its ``log_dir`` (CSV), else ``save_dir/name/version``, where
+    Lightning's ModelCheckpoint puts checkpoints for loggers without a log dir (MLflow, W&B); None for a logger
+    without a run of its own (``fast_dev_run``'s DummyLogger)."""
+    log_dir = getattr(logger, "log_dir", None)
+    if isinstance(log_dir, str) and log_dir:
+        return log_dir
+    name, version = logger.name, logger.version
+    if not name or version in (None, ""):
+        return None
+    version = version if isinstance(version, str) else f"version_{version}"
+    return os.path.join(logger.save_dir or default_root_dir, str(name), version)
+
+
+def new_version_dir(parent: str) -> str:
+    """Create and return ``parent/version_N`` for the first N not taken (Lightning's loggers number their runs
+    the same way; their helper is private, and creating the folder here reserves it against a parallel run)."""
+    os.makedirs(parent, exist_ok=True)
+    taken = [name[len("version_") :] for name in os.listdir(parent) if name.startswith("version_")]
+    number = max((int(n) for n in taken if n.isdigit()), default=-1) + 1
+    while True:
+        path = os.path.join(parent, f"version_{number}")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            number += 1
+
+
+def publish_run_end(trainer: Any, summary: Any, markdown: str | None, summary_path: str | None) -> None:
+    """The end of a fit for every logger that is not TensorBoard (whose writer is below); rank zero only."""
+    others = [logger for logger in trainer.loggers if not is_tensorboard(logger)]
+    if not others or not trainer.is_global_zero:
+        return
+    metrics = summary_metrics(summary)
+    for logger in others:
+        other_loggers.publish(logger, summary, metrics, trainer.global_step, markdown, summary_path)
+
+
+def summary_metrics(summary: Any) -> dict[str, float]:
+    from lightning_perf.analysis.comparison import headline_metrics
+
+    return {registry.summary_metric(key).tag: value for key, value in headline_metrics(summary).items()}
 
 
 def log_metrics(trainer: Any, metrics: Mapping[str, float], step: int) -> None:
@@ -59,10 +129,26 @@ def disable_default_hp_metric(trainer: Any) -> bool:
     user's own hyperparameters are untouched, and are written again with ours at the end.
     """
     logger = tensorboard_logger(trainer)
-    if logger is None or not getattr(logger, "_default_hp_metric", False):
+    if logger is None:
+        return False
+    if not hasattr(logger, "_default_hp_metric"):  # a Lightning version without it: say what is lost
+        warnings.warn(
+            "lightning-perf: this TensorBoardLogger has no `_default_hp_metric`; if Lightning writes its "
+            "hp_metric placeholder first, the HParams tab will not show lightning-perf's settings and results "
+            "(pass `TensorBoardLogger(default_hp_metric=False)` to avoid it).",
+            stacklevel=3,
+        )
+        return False
+    if not logger._default_hp_metric:
         return False
     logger._default_hp_metric = False
     return True
+
+
+def restore_default_hp_metric(trainer: Any) -> None:
+    logger = tensorboard_logger(trainer)
+    if logger is not None:
+        logger._default_hp_metric = True
 
 
 def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bool:
@@ -70,20 +156,13 @@ def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bo
     logger = tensorboard_logger(trainer)
     if logger is None or not trainer.is_global_zero:
         return False
-    from lightning.fabric.utilities.logger import _flatten_dict
     from torch.utils.tensorboard.summary import hparams
 
     try:
         # the user's hyperparameters exactly as Lightning would write them, then ours
-        params = logger._sanitize_params(_flatten_dict(dict(logger.hparams)))
-        for name, value in vars(summary.settings).items():
-            if value is not None:
-                params[f"perf/{name}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
-        from lightning_perf.analysis.comparison import headline_metrics
-
-        metrics = {
-            registry.summary_metric(key).tag: value for key, value in headline_metrics(summary).items()
-        }
+        params = _user_hparams(logger)
+        params.update(other_loggers.settings_params(summary))
+        metrics = summary_metrics(summary)
         if hp_metric_placeholder:
             metrics.setdefault("hp_metric", -1.0)
         step = trainer.global_step
@@ -96,6 +175,21 @@ def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bo
         log.warning("lightning-perf: could not write the HParams summary: %s", err)
         return False
     return True
+
+
+def _user_hparams(logger: Any) -> dict[str, Any]:
+    """The user's hyperparameters flattened and sanitised by Lightning's own (private) helpers."""
+    try:
+        from lightning.fabric.utilities.logger import _flatten_dict
+
+        return logger._sanitize_params(_flatten_dict(dict(logger.hparams)))
+    except (ImportError, AttributeError) as err:
+        warnings.warn(
+            f"lightning-perf: Lightning's hyperparameter helpers are missing ({err}); the HParams tab shows "
+            "lightning-perf's settings and results without your own hyperparameters.",
+            stacklevel=3,
+        )
+        return {}
 
 
 def write_custom_scalars_layout(trainer: Any) -> None:
