@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from gpu_check_fits import FIT_CHECKS, NO_GPU, CheckResult, Context, result, skipped  # noqa: E402
 from gpu_check_state import STATE_CHECKS  # noqa: E402
 
-from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_UTIL, map_cuda_to_nvml, torch_cuda_uuid  # noqa: E402
+from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_UTIL, find_device, torch_cuda_pci, torch_cuda_uuid  # noqa: E402
 from lightning_perf.collect.utilization import UtilSampler  # noqa: E402
 
 # The brief's lines: ~3 s of bf16 matmuls read >= 90% utilization, ~3 s idle <= 10%.
@@ -62,8 +62,11 @@ def check_nvml_identity(ctx: Context) -> CheckResult:
     try:
         cuda = torch.cuda.current_device()
         uuid = torch_cuda_uuid(cuda)
-        (index,) = map_cuda_to_nvml(pynvml, [cuda], torch_cuda_uuid, None)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        handle = find_device(pynvml, cuda, torch_cuda_uuid, torch_cuda_pci)  # by UUID, as the sampler does
+        try:
+            index = pynvml.nvmlDeviceGetIndex(handle)
+        except pynvml.NVMLError:  # a MIG instance has no node index of its own
+            index = None
         nvml_uuid = pynvml.nvmlDeviceGetUUID(handle)
         nvml_uuid = nvml_uuid.decode() if isinstance(nvml_uuid, bytes) else nvml_uuid
         same = nvml_uuid.lower().removeprefix("gpu-") == str(uuid).lower().removeprefix("gpu-")

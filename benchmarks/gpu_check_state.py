@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import copy
 import glob
+import logging
 import os
 import statistics
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -121,11 +121,17 @@ def check_trace_cost(ctx: Context) -> CheckResult:
     stall = f"slowest step {step.max:.1f} ms vs median {step.median:.1f} ms" if step else "no step times"
     # the cap: one cycle's worth of MB, profiling every cycle (repeat=0): later cycles must be skipped
     cap_mb = max(t.bytes for t in summary.traces) / 1e6 * 1.5
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    # the cap's warning is a log record of the lightning_perf logger
+    records: list[logging.LogRecord] = []
+    catcher = logging.Handler(logging.WARNING)
+    catcher.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("lightning_perf").addHandler(catcher)
+    try:
         capped, _, _ = fit(ctx, "capped", "32-true", perf={"repeat": 0, "max_trace_mb": cap_mb})
+    finally:
+        logging.getLogger("lightning_perf").removeHandler(catcher)
     capped_bytes = sum(t.bytes for t in capped.traces) if capped else 0
-    warned = any("max_trace_mb" in str(w.message) for w in caught)
+    warned = any("max_trace_mb" in r.getMessage() for r in records)
     ok = capped is not None and capped_bytes <= cap_mb * 1e6 and warned and recorded > 0
     detail = (
         f"{written / max(recorded, 1) / 1e3:.0f} kB per recorded step; parse {parse_s * 1000:.0f} ms and "

@@ -31,7 +31,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torchvision import transforms
 
-from examples.batch_augment import augment_batch, normalize_batch
+if __package__ in (
+    None,
+    "",
+):  # run as a script (python examples/resnet18_cifar10.py): the repo root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples.batch_augment import augment_batch, normalize_batch  # noqa: E402
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)

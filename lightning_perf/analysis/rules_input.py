@@ -85,11 +85,12 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             else "The DataLoader mostly keeps up; look at compute first, the input pipeline second.",
         )
     timing = summary.timing
-    if timing.steps < MIN_STEPS_FOR_INPUT_VERDICT and "num_workers" not in summary.probes:  # a probe measured
+    short = 0 < timing.steps < MIN_STEPS_FOR_INPUT_VERDICT
+    if short and "num_workers" not in summary.probes:  # a probe measured: its verdict stands
         return Finding(
             id="input_bound",
             severity="low",
-            title=f"Training may be {verdict} (a short run)",
+            title=f"Training may be {words} (a short run)",
             evidence=evidence + f"; only {timing.steps} steps were timed, so start-up weighs on the share.",
             recommendation=f"Measure at least {MIN_STEPS_FOR_INPUT_VERDICT} steps before changing the input "
             "pipeline: a short run cannot tell a slow DataLoader from its start-up.",

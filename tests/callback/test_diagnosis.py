@@ -42,7 +42,7 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     assert "highly input-bound" in diagnosis_text(log_dir)
     assert "highly input-bound" in caplog.text
     # the probe says when it starts and what it found, one line each
-    assert "lightning-perf: measuring num_workers for up to 1.0 s" in caplog.text
+    assert "lightning-perf: measuring DataLoader num_workers (up to 1 s" in caplog.text
     assert f"num_workers probe: suggests {probe['suggested']}" in caplog.text
     # CPU training: the cudnn.benchmark A/B says it does not apply instead of inventing numbers
     assert summary.probes["cudnn_benchmark"]["applies"] is False

@@ -33,9 +33,9 @@ def test_a_fit_writes_everything_to_tensorboard(pl, tmp_path):  # noqa: F811
     events = EventAccumulator(log_dir, size_guidance={"tensors": 0})
     events.Reload()
     tags = events.Tags()
-    assert "perf/step_time_ms" in tags["scalars"]
-    assert any(tag.startswith("perf/summary/") for tag in tags["scalars"])
-    assert any(tag.startswith("perf/diagnosis") for tag in tags["tensors"])
+    assert "perf_step/time_ms" in tags["scalars"]
+    assert any(tag.startswith("perf_summary/") for tag in tags["scalars"])
+    assert any(tag.startswith("perf_text/diagnosis") for tag in tags["tensors"])
     plugins = events.PluginTagToContent
     assert "custom_scalars__config__" in plugins("custom_scalars")
     hparams = plugins("hparams")

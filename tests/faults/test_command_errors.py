@@ -46,7 +46,7 @@ def test_compare_png_into_a_missing_dir_is_an_error_line(tmp_path, capsys):
 
 
 def test_trial_log_dir_that_is_a_file_is_an_error_line(tmp_path, capsys):
-    (tmp_path / "c.yaml").write_text("model: {}\n")
+    (tmp_path / "c.yaml").write_text("model: {class_path: tests.helpers.TinyModel}\n")
     blocker = tmp_path / "logs"
     blocker.write_text("a file, not a directory")
     code = cli.main(["trial", "--config", str(tmp_path / "c.yaml"), "--steps", "3", "--variant", "a",

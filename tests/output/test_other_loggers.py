@@ -30,7 +30,7 @@ def test_csv_logger_gets_metrics_hparams_diagnosis_and_the_files(pl, tmp_path): 
     assert glob.glob(os.path.join(run_dir, "*.pt.trace.json*")), "traces beside the CSV logger's metrics"
     with open(os.path.join(run_dir, "metrics.csv")) as fh:
         columns = next(csv.reader(fh))
-    assert "perf/step_time_ms" in columns and "perf/summary/step_time_median_ms" in columns
+    assert "perf_step/time_ms" in columns and "perf_summary/step_time_median_ms" in columns
     with open(os.path.join(run_dir, "hparams.yaml")) as fh:
         assert "perf/accelerator: cpu" in fh.read()
     with open(os.path.join(run_dir, "perf_diagnosis.md")) as fh:
@@ -67,8 +67,8 @@ def test_mlflow_logger_gets_metrics_params_text_table_and_the_summary_artifact(p
     callback, _ = fit(pl, tmp_path, logger)
     client = MlflowClient(uri)
     run = client.get_run(logger.run_id)
-    assert "perf/summary/step_time_median_ms" in run.data.metrics
-    assert "perf/step_time_ms" in run.data.metrics
+    assert "perf_summary/step_time_median_ms" in run.data.metrics
+    assert "perf_step/time_ms" in run.data.metrics
     assert run.data.params["perf/accelerator"] == "cpu"
     artifacts = {a.path for a in client.list_artifacts(logger.run_id, "lightning_perf")}
     assert artifacts == {
@@ -95,7 +95,7 @@ def test_wandb_logger_offline_gets_summary_table_and_the_summary_artifact(pl, tm
     try:
         callback, _ = fit(pl, tmp_path, logger)
         run = logger.experiment
-        assert run.summary["perf/summary/step_time_median_ms"] > 0
+        assert run.summary["perf_summary/step_time_median_ms"] > 0
         assert "perf/findings" in run.summary.keys()  # noqa: SIM118 - wandb.Summary has no __contains__
         run_dir = os.path.join(str(tmp_path), "perf", run.id)
         assert os.path.isfile(os.path.join(run_dir, SUMMARY_FILENAME))
