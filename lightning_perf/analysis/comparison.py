@@ -114,6 +114,13 @@ class Comparison:
     method: str = ""
     # interleaved rounds per run behind the figures (1: single runs)
     rounds: int = 1
+    # the runs are known to differ (trial variants), also where the settings fingerprint sees no difference
+    variants_differ: bool = False
+
+    @property
+    def same_settings(self) -> bool:
+        """No setting differs, as far as the fingerprint and the caller know: differences are the machine's."""
+        return not self.settings_diff and not self.variants_differ
 
     @property
     def baseline_index(self) -> int:
@@ -129,12 +136,14 @@ def compare(
     baseline: int = 0,
     rounds: Sequence[Sequence[RunSummary]] | None = None,
     confidence: float = CONFIDENCE,
+    variants_differ: bool = False,
 ) -> Comparison:
     """Compare ``summaries`` (named ``names``, same order) against ``summaries[baseline]``.
 
     ``rounds``, when given, holds each run's repeats (same order as ``summaries``, paired by index: round
     ``i`` of every run ran in the same interleaved round); timings are then judged over the per-round ratios.
-    Without it they are judged from each run's per-step samples.
+    Without it they are judged from each run's per-step samples. ``variants_differ``: the caller knows the
+    runs differ (e.g. trial variants with different code), so equal fingerprints do not mean "same settings".
     """
     if len(summaries) != len(names):
         raise ValueError(f"compare: {len(summaries)} summaries but {len(names)} names")
@@ -163,6 +172,7 @@ def compare(
         verdict="",
         slower_than_baseline=_slower_than_baseline(metrics, names, baseline),
         rounds=min((len(r) for r in rounds), default=1) if rounds else 1,
+        variants_differ=variants_differ,
     )
     headline = comparison.metric(HEADLINE_KEY)
     assert headline is not None  # always computed (never only_where_present)
@@ -261,7 +271,7 @@ def _verdict(c: Comparison) -> str:
         head = _point_verdict(name, c.baseline, base_time, best_time)
     elif not change.significant:
         head = f"no measurable difference between {name} and {c.baseline} ({_ratio_text(change)})"
-        if not c.settings_diff:
+        if c.same_settings:
             head = f"same settings: differences are noise ({name} vs {c.baseline}: {_ratio_text(change)})"
         elif change.rounds_needed is not None:
             head += f"; about {change.rounds_needed} rounds would tell a change of this size"
@@ -269,7 +279,7 @@ def _verdict(c: Comparison) -> str:
             head += "; more rounds could tell only a larger change"
     else:
         head = f"{name} is {change.describe(c.baseline, 'median step time')}"
-        if not c.settings_diff:
+        if c.same_settings:
             head = f"same settings, yet {head}: the machine changed between the runs, not the settings"
     if len(times) > 1:
         if change is not None and change.verdict == NO_DIFFERENCE:

@@ -124,7 +124,11 @@ def render_text(c: Comparison) -> str:
             else "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
         )
     if not c.settings_diff:
-        lines.append("(no settings differ between the runs)")
+        lines.append(
+            "(the runs differ only in what the settings fingerprint does not record, e.g. code or transforms)"
+            if c.variants_differ
+            else "(no settings differ between the runs)"
+        )
     lines += ["", *c.warnings, f"verdict: {c.verdict}", *_method_lines(c)]
     return "\n".join(lines) + "\n"
 
@@ -186,6 +190,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "changes": {name: dataclasses.asdict(change) for name, change in c.changes.items()},
         "method": c.method,
         "rounds": c.rounds,
+        "variants_differ": c.variants_differ,
     }
 
 
@@ -210,6 +215,7 @@ def from_json(data: dict[str, Any]) -> Comparison:
         changes={name: MetricChange(**change) for name, change in data["changes"].items()},
         method=data["method"],
         rounds=data["rounds"],
+        variants_differ=bool(data.get("variants_differ", False)),
     )
 
 

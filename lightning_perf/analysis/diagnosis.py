@@ -11,6 +11,8 @@ from Lightning or torch.
 
 from __future__ import annotations
 
+import dataclasses
+
 from lightning_perf.analysis import rules_device, rules_input, rules_noise, rules_pipeline, rules_run
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
@@ -48,7 +50,26 @@ def diagnose(summary: RunSummary) -> list[Finding]:
         finding = rule(summary, verdict)
         if finding is not None:
             findings.append(finding)
+    findings = _one_voice(findings)
     return sorted(findings, key=lambda f: SEVERITY_ORDER.index(f.severity))
+
+
+def _one_voice(findings: list[Finding]) -> list[Finding]:
+    """Advice that does not contradict itself: when the input pipeline is CPU-bound in a way more workers
+    cannot fix (``batched_transforms``), the input-bound finding does not also ask for more workers."""
+    if not any(f.id == "batched_transforms" for f in findings):
+        return findings
+    return [
+        dataclasses.replace(
+            f,
+            recommendation="More workers will not help here (see the batched-transforms finding): take the "
+            "per-sample work off the CPU.",
+            settings_change={},
+        )
+        if f.id == "input_bound" and "num_workers" in f.settings_change
+        else f
+        for f in findings
+    ]
 
 
 def input_bound_verdict(data_wait_pct: float | None) -> str | None:

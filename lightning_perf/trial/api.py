@@ -140,7 +140,8 @@ def conclude(result: TrialResult) -> TrialResult:
         )
     summaries = [v.summary for v in ran if v.summary is not None]  # a variant that ran has its summary
     rounds = [v.rounds for v in ran] if result.repeats > 1 else None
-    result.comparison = compare(summaries, [v.name for v in ran], rounds=rounds)
+    # variants differ by definition (overrides, code): equal fingerprints do not mean "same settings"
+    result.comparison = compare(summaries, [v.name for v in ran], rounds=rounds, variants_differ=True)
     path = os.path.join(result.experiment_dir, COMPARISON_FILENAME)
     try:
         with atomic_open(path) as fh:

@@ -133,3 +133,12 @@ def test_per_sample_cost_from_the_wait_when_no_probe_ran():
 def test_survives_a_json_round_trip_of_the_summary():
     summary = RunSummary.from_dict(json.loads(json.dumps(case_study().to_dict())))
     assert fire(summary).settings_change == {"batched_transforms": True}
+
+
+def test_input_bound_does_not_ask_for_workers_when_workers_cannot_fix_it():
+    """One voice: the batched-transforms finding and the input-bound finding never contradict each other."""
+    summary = case_study()
+    findings = {f.id: f for f in diagnose(summary)}
+    assert "batched_transforms" in findings
+    assert "num_workers" not in findings["input_bound"].settings_change
+    assert "More workers will not help" in findings["input_bound"].recommendation

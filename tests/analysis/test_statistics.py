@@ -116,3 +116,23 @@ def test_median_and_share_intervals():
     assert share is not None and share[0] <= 20.0 <= share[1]
     with pytest.raises(ValueError, match="confidence"):
         median_interval(values, confidence=1.5)
+
+
+def test_trial_variants_with_equal_fingerprints_are_not_called_same_settings():
+    """Variants that differ in code (e.g. batched transforms) have equal settings fingerprints: the verdict
+    must not call their difference noise just because the fingerprint sees none."""
+    from lightning_perf.analysis.comparison import compare
+    from lightning_perf.analysis.comparison_render import from_json, render_text, to_json
+    from lightning_perf.analysis.summary import Distribution, RunSummary, TimingSummary
+
+    def run(median: float) -> RunSummary:
+        step = Distribution(50, median, median, median * 1.1, median * 0.9, median * 1.2)
+        return RunSummary(timing=TimingSummary(steps=50, step_time_ms=step))
+
+    rounds = [[run(200.0), run(201.0), run(199.0)], [run(150.0), run(152.0), run(149.0)]]
+    same = compare([r[0] for r in rounds], ["before", "after"], rounds=rounds)
+    known = compare([r[0] for r in rounds], ["before", "after"], rounds=rounds, variants_differ=True)
+    assert same.same_settings and "same settings" in same.verdict
+    assert not known.same_settings and "same settings" not in known.verdict
+    assert "does not record" in render_text(known) and "no settings differ" in render_text(same)
+    assert from_json(to_json(known)).variants_differ
