@@ -132,7 +132,7 @@ def probe_num_workers(trainer: Any, summary: RunSummary, config: PerfConfig) -> 
         )
         return False
     log.info(
-        f"lightning-perf: measuring DataLoader num_workers (up to {budget:g} s; "
+        f"lightning-perf: measuring DataLoader num_workers (up to {budget:.3g} s; "
         f"{SUMMARY_FILENAME} is written, Ctrl-C skips this)"
     )
     compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
