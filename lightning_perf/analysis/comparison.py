@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,11 +30,11 @@ from lightning_perf.analysis.comparison_metrics import (
     headline_metrics,
     settings_diffs,
 )
+from lightning_perf.analysis.numbers import finite as _finite
 from lightning_perf.analysis.rules_noise import noisy_machine
 from lightning_perf.analysis.statistics import (
     CONFIDENCE,
     NO_DIFFERENCE,
-    SLOWER,
     MetricChange,
     compare_rounds,
     compare_samples,
@@ -66,9 +65,7 @@ __all__ = [
     "MetricRow",
     "check_summary",
     "compare",
-    "gate_lines",
     "headline_metrics",
-    "regressions",
 ]
 
 
@@ -184,13 +181,6 @@ def compare(
     comparison.verdict = _verdict(comparison)
     comparison.warnings = _warnings(comparison, summaries)
     return comparison
-
-
-def _finite(value: Any) -> float | None:
-    # absent or non-finite figures are "n/a", never 0
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _metric_row(
@@ -341,61 +331,6 @@ def _warnings(c: Comparison, summaries: Sequence[RunSummary]) -> list[str]:
                 f"warning: {name} has status {s.status!r}: its figures may cover only part of the run"
             )
     return lines
-
-
-def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
-    """Runs that fail a ``--fail-if-slower limit_pct`` gate: name -> percent slower than the baseline.
-
-    A run fails when its median step time is significantly more than ``limit_pct`` percent above the
-    baseline's: the whole interval of the ratio lies above ``1 + limit_pct / 100``, so noise alone (an
-    interval around 1) never fails the gate. A run without an interval (a summary with no per-step samples)
-    is judged on the medians alone, as :func:`gate_lines` says. Raises
-    :class:`CompareError` when a run has no median step time: a gate must not pass what it could not measure.
-    """
-    row = comparison.metric("step_time_median_ms")
-    assert row is not None
-    untimed = [name for name, value in zip(comparison.run_names, row.values, strict=True) if value is None]
-    if untimed:
-        raise CompareError(f"--fail-if-slower: no median step time for {', '.join(untimed)}; cannot judge")
-    return {
-        name: pct
-        for name, pct in comparison.slower_than_baseline.items()
-        if pct > limit_pct
-        and (
-            name not in comparison.changes
-            or (
-                comparison.changes[name].verdict == SLOWER
-                and comparison.changes[name].low > 1 + limit_pct / 100
-            )
-        )
-    }
-
-
-def gate_lines(comparison: Comparison, limit_pct: float) -> list[str]:
-    """One line per run slower than ``limit_pct``: whether it fails the gate and why (interval or none)."""
-    failing = regressions(comparison, limit_pct)
-    lines = []
-    for name, pct in comparison.slower_than_baseline.items():
-        if pct <= limit_pct:
-            continue
-        change = comparison.changes.get(name)
-        where = f"{name} is {pct:.1f}% slower than {comparison.baseline} (median step time"
-        if change is None:
-            why = "; no per-step samples, so significance is unknown"
-        else:
-            why = f", {change.confidence:.0%} interval {change.low:.2f}x-{change.high:.2f}x, {change.method}"
-        if name in failing:
-            significant = "" if change is None else ", significantly (the whole interval is above it)"
-            lines.append(f"{where}{why}): more than --fail-if-slower {limit_pct:g}%{significant}")
-        else:
-            lines.append(
-                f"{where}{why}): more than --fail-if-slower {limit_pct:g}%, but not significantly (the "
-                "interval reaches below it): the gate passes, noise cannot be told from this slowdown"
-            )
-    return lines
-
-
-# ------------------------------------------------------------------------------------ formatting helpers
 
 
 def format_value(value: float | None, unit: str) -> str:

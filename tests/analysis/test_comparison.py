@@ -238,6 +238,7 @@ def test_json_round_trip_and_stable_keys():
         "changes",
         "method",
         "rounds",
+        "variants_differ",
     ]
     assert set(data["metrics"][0]) == {
         "key",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightning_perf.analysis.comparison import compare, gate_lines, regressions
+from lightning_perf.analysis.comparison import compare
 from lightning_perf.analysis.comparison_render import from_json, render_markdown, render_text, to_json
+from lightning_perf.analysis.regression_gate import gate_lines, regressions
 from lightning_perf.analysis.statistics import (
     FASTER,
     NO_DIFFERENCE,

@@ -1,0 +1,61 @@
+"""The ``--fail-if-slower`` gate: which runs are slower than the baseline by more than the user allows."""
+
+from __future__ import annotations
+
+from lightning_perf.analysis.comparison import CompareError, Comparison
+from lightning_perf.analysis.statistics import SLOWER
+
+
+def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
+    """Runs that fail a ``--fail-if-slower limit_pct`` gate: name -> percent slower than the baseline.
+
+    A run fails when its median step time is significantly more than ``limit_pct`` percent above the
+    baseline's: the whole interval of the ratio lies above ``1 + limit_pct / 100``, so noise alone (an
+    interval around 1) never fails the gate. A run without an interval (a summary with no per-step samples)
+    is judged on the medians alone, as :func:`gate_lines` says. Raises
+    :class:`CompareError` when a run has no median step time: a gate must not pass what it could not measure.
+    """
+    row = comparison.metric("step_time_median_ms")
+    assert row is not None
+    untimed = [name for name, value in zip(comparison.run_names, row.values, strict=True) if value is None]
+    if untimed:
+        raise CompareError(f"--fail-if-slower: no median step time for {', '.join(untimed)}; cannot judge")
+    return {
+        name: pct
+        for name, pct in comparison.slower_than_baseline.items()
+        if pct > limit_pct
+        and (
+            name not in comparison.changes
+            or (
+                comparison.changes[name].verdict == SLOWER
+                and comparison.changes[name].low > 1 + limit_pct / 100
+            )
+        )
+    }
+
+
+def gate_lines(comparison: Comparison, limit_pct: float) -> list[str]:
+    """One line per run slower than ``limit_pct``: whether it fails the gate and why (interval or none)."""
+    failing = regressions(comparison, limit_pct)
+    lines = []
+    for name, pct in comparison.slower_than_baseline.items():
+        if pct <= limit_pct:
+            continue
+        change = comparison.changes.get(name)
+        where = f"{name} is {pct:.1f}% slower than {comparison.baseline} (median step time"
+        if change is None:
+            why = "; no per-step samples, so significance is unknown"
+        else:
+            why = f", {change.confidence:.0%} interval {change.low:.2f}x-{change.high:.2f}x, {change.method}"
+        if name in failing:
+            significant = "" if change is None else ", significantly (the whole interval is above it)"
+            lines.append(f"{where}{why}): more than --fail-if-slower {limit_pct:g}%{significant}")
+        else:
+            lines.append(
+                f"{where}{why}): more than --fail-if-slower {limit_pct:g}%, but not significantly (the "
+                "interval reaches below it): the gate passes, noise cannot be told from this slowdown"
+            )
+    return lines
+
+
+# ------------------------------------------------------------------------------------ formatting helpers
