@@ -130,12 +130,15 @@ def test_ctrl_c_during_the_num_workers_probe_keeps_the_summary_and_ends_the_work
     callback = PerfCallback(**CYCLE, probe_num_workers="always", probe_budget_s=60, log_hparams=False)
     data = torch.utils.data.DataLoader(SleepyDataset(64, delay_s=0.01), batch_size=4)
     fit_trainer = trainer(tmp_path, [callback], limit_train_batches=BATCHES)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(SystemExit):
         fit_trainer.fit(TinyModel(), data)
     summary = RunSummary.load(os.path.join(fit_trainer.log_dir, SUMMARY_FILENAME))
     assert summary.status == "finished" and summary.timing.steps == TIMED_STEPS
     assert summary.findings and "num_workers" not in summary.probes  # the diagnosis of what was measured
-    children = psutil.Process().children(recursive=True)
+    # children the session had before this fit (multiprocessing's resource tracker, earlier tests' helpers) are
+    # not the probe's
+    children = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"probe workers left running: {alive}"
     check_all(fit_trainer.log_dir, callback)
