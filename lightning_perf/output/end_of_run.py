@@ -150,19 +150,15 @@ def write(
     summary_path = _save(summary, log_dir)
     if summary.stage != "fit":
         return
-    _show_findings(trainer, summary)
+    markdown = _show_findings(trainer, summary)
     _safely("draw the trace chart", lambda: trace_findings.log_chart(trainer, summary))
     if log_hparams:
         _safely("write the HParams", lambda: tensorboard.write_hparams(trainer, summary, hp_placeholder))
     # CSV, MLflow, W&B, ...: the same results through each logger's own API
-    _safely("publish to the other loggers", lambda: _publish(trainer, summary, summary_path))
-
-
-def _publish(trainer: Any, summary: RunSummary, summary_path: str | None) -> None:
-    from lightning_perf.analysis.findings_render import render_markdown
-
-    markdown = render_markdown(summary.findings, summary) if summary.findings else None
-    tensorboard.publish_run_end(trainer, summary, markdown, summary_path)
+    _safely(
+        "publish to the other loggers",
+        lambda: tensorboard.publish_run_end(trainer, summary, markdown, summary_path),
+    )
 
 
 def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> str | None:
@@ -173,29 +169,37 @@ def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> str
     path = os.path.join(log_dir, name)
     if update and not os.path.exists(path):
         return None  # the first write failed and warned: the disk said no once, not twice
-    _safely(f"write {path}", lambda: summary.save(path))
-    return path if os.path.exists(path) else None
+    # a failed write leaves any older file in place: only a path written now is handed on
+    return path if _safely(f"write {path}", lambda: summary.save(path)) else None
 
 
-def _show_findings(trainer: Any, summary: RunSummary) -> None:
-    if summary.findings:
-        _safely("show the diagnosis", lambda: _render_findings(trainer, summary))
+def _show_findings(trainer: Any, summary: RunSummary) -> str | None:
+    """The diagnosis in the Text tab and on the console; its Markdown (None without findings or on an error)."""
+    if not summary.findings:
+        return None
+    shown: list[str] = []
+    _safely("show the diagnosis", lambda: shown.append(_render_findings(trainer, summary)))
+    return shown[0] if shown else None
 
 
-def _render_findings(trainer: Any, summary: RunSummary) -> None:
+def _render_findings(trainer: Any, summary: RunSummary) -> str:
     from lightning_perf.analysis.findings_render import render_console, render_markdown
 
     markdown = render_markdown(summary.findings, summary)
     tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
     log.info(render_console(summary.findings))
+    return markdown
 
 
-def _safely(what: str, job: Any) -> None:
+def _safely(what: str, job: Any) -> bool:
+    """Run ``job``; on an error one warning names what was lost and why. True when it ran through."""
     try:
         job()
-    except Exception as err:  # the run's own outcome wins; one warning names what was lost and why
+    except Exception as err:  # the run's own outcome wins
         reason = describe_os_error(err) if isinstance(err, OSError) else err
         log.warning(f"lightning-perf: could not {what}: {reason}")
+        return False
+    return True
 
 
 def short_run_message(schedule: ProfileSchedule, session: PerfSession) -> str | None:
