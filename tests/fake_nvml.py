@@ -13,7 +13,10 @@ It behaves like the real library where the GPU side depends on it:
 - a MIG instance (``FakeGpu.mig``) has its own handle: utilization and power NOT_SUPPORTED, memory its own
   slice; its parent GPU reports MIG mode on, utilization NOT_SUPPORTED and memory NO_PERMISSION unless
   ``FakeNvml(root=True)`` (then the whole GPU's memory, as NVML gives root);
-- ``denied``: readings (``"utilization"``, ``"memory"``, ``"power"``) answered NO_PERMISSION on one device.
+- ``denied``: readings (``"utilization"``, ``"memory"``, ``"power"``, ``"clock"``, ``"reasons"``) answered
+  NO_PERMISSION on one device;
+- the SM clock (``sm_clock``, scripted, and ``max_sm_clock``) and the clock-event reasons bitmask
+  (``clock_reasons``: e.g. ``0x4`` power cap, ``0x1`` idle), under NVML's names.
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ class FakeGpu:
     mem_used: list[int] | None = field(default_factory=lambda: [0])  # bytes
     power_mw: list[int] | None = field(default_factory=lambda: [100_000])
     compute_capability: tuple[int, int] = (8, 0)
+    sm_clock: list[int] | None = field(default_factory=lambda: [1410])  # MHz
+    max_sm_clock: int = 1410
+    clock_reasons: list[int] | None = field(default_factory=lambda: [0])  # nvmlClocksEventReason* bits
     mem_total: int = 80 * 10**9  # bytes
     allowed: bool = True  # False: the job may not use it (NO_PERMISSION to everything naming it)
     denied: set[str] = field(default_factory=set)  # readings answered NO_PERMISSION
@@ -117,6 +123,7 @@ class FakeNvml:
     NVML_ERROR_NOT_FOUND = NVML_ERROR_NOT_FOUND
     NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_CLOCK_SM = 1
 
     def __init__(self, gpus: list[FakeGpu], init_error: NVMLError | None = None, root: bool = False) -> None:
         self.gpus = gpus
@@ -230,6 +237,24 @@ class FakeNvml:
         if handle.power_mw is None:
             raise NVMLError_NotSupported()
         return _next(handle.power_mw)
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeGpu, clock_type: int) -> int:
+        self._check_read(handle, "clock")
+        if handle.sm_clock is None or clock_type != self.NVML_CLOCK_SM:
+            raise NVMLError_NotSupported()
+        return _next(handle.sm_clock)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: FakeGpu, clock_type: int) -> int:
+        self._check_read(handle, "clock")
+        if handle.sm_clock is None or clock_type != self.NVML_CLOCK_SM:
+            raise NVMLError_NotSupported()
+        return handle.max_sm_clock
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeGpu) -> int:
+        self._check_read(handle, "reasons")
+        if handle.clock_reasons is None:
+            raise NVMLError_NotSupported()
+        return _next(handle.clock_reasons)
 
 
 def four_gpus() -> FakeNvml:

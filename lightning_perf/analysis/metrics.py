@@ -129,6 +129,13 @@ GPU_UTIL = _w(
 GPU_MEM_UTIL = _w("gpu", "mem_util_pct", "%", "NVML memory-controller utilization")
 GPU_MEM_USED = _w("gpu", "mem_used_gb", "GB (1e9 B)", "device memory in use (NVML: all processes on the GPU)")
 GPU_POWER = _w("gpu", "power_w", "W", "board power draw, where NVML reports it")
+GPU_SM_CLOCK = _w(
+    "gpu",
+    "sm_clock_mhz",
+    "MHz",
+    "SM clock, averaged over the samples; below the device's maximum when a power cap or heat held it down "
+    "(the summary's machine state names the reason and its share of the run)",
+)
 KERNEL_BUSY = _w(
     "gpu",
     "kernel_busy_pct",
@@ -244,6 +251,7 @@ METRICS: tuple[Metric, ...] = (
     GPU_MEM_UTIL,
     GPU_MEM_USED,
     GPU_POWER,
+    GPU_SM_CLOCK,
     KERNEL_BUSY,
     COMPUTE_BUSY,
     GPU_DATA_WAIT,
@@ -270,7 +278,7 @@ METRICS: tuple[Metric, ...] = (
 WINDOW_METRICS = tuple(m for m in METRICS if m.kind == "window")
 SUMMARY_METRICS = tuple(m for m in METRICS if m.kind == "summary")
 ACROSS_RANKS = tuple(m for m in METRICS if m.across_ranks)
-GPU_WINDOW_METRICS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER)
+GPU_WINDOW_METRICS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER, GPU_SM_CLOCK)
 
 # tags of 0.1.0, before the regrouping into TensorBoard sections: CHANGELOG's migration note lists these
 RENAMED_FROM = {

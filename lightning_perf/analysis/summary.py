@@ -147,8 +147,6 @@ class GpuUtilization:
     # the same without communication kernels (NCCL/RCCL waiting for a peer is not work)
     compute_busy_pct: float | None = None
     compute_capability: list[int] | None = None
-    # kernel-busy counting compute kernels only (no NCCL/communication), from the traces
-    compute_busy_pct: float | None = None
 
 
 @dataclass
@@ -181,6 +179,9 @@ class MachineState:
     ``other_cores`` is CPU time used by other processes (the whole machine's busy time minus this process and
     its children, e.g. DataLoader workers) per second of the run, in cores; ``steal_pct`` is the share of CPU
     time the hypervisor gave to other guests; ``load_avg_1m`` is the 1-minute load average at the end.
+    The GPU side comes from the NVML samples taken during training steps: ``gpu_sm_clock_mhz`` the average SM
+    clock (of the slowest GPU in use) against ``gpu_sm_clock_max_mhz``, and ``gpu_slowdown_pct`` the share of
+    samples (%) in which each clock slowdown reason (power cap, thermal limit, ...) held the clocks down.
     """
 
     wall_s: float | None = None
@@ -191,6 +192,9 @@ class MachineState:
     load_avg_1m: float | None = None
     cpu_freq_mhz: float | None = None
     cpu_freq_max_mhz: float | None = None
+    gpu_sm_clock_mhz: float | None = None
+    gpu_sm_clock_max_mhz: float | None = None
+    gpu_slowdown_pct: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

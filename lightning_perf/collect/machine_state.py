@@ -6,7 +6,8 @@ time between the readings. Steal time (a hypervisor running other guests) comes 
 1-minute load average and the CPU frequency are read at the end where the platform has them. Two readings
 cost well under a millisecond and nothing runs in between: no thread, nothing on the training's path.
 
-GPU clocks and throttle reasons belong to the NVML sampler (``collect/nvml.py``), not here.
+GPU clocks and clock slowdown ("throttle") reasons are sampled by the NVML sampler (``collect/nvml.py``) during
+the training steps; :func:`with_gpu_clocks` adds its figures to the state.
 """
 
 from __future__ import annotations
@@ -99,4 +100,18 @@ def machine_state(start: _Reading, end: _Reading, cpu_count: int | None, psutil:
             state.cpu_freq_max_mhz = float(freq.max) if freq.max else None
     except Exception:  # not readable in this container or platform
         pass
+    return state
+
+
+def with_gpu_clocks(state: MachineState | None, sampler: Any) -> MachineState | None:
+    """``state`` with the utilization sampler's GPU clock figures (a new state when CPU counters were not read)."""
+    try:
+        clock, top, slowdown = sampler.gpu_clocks()
+    except Exception:  # a sampler that never opened NVML: nothing to add
+        return state
+    if clock is None and not slowdown:
+        return state
+    state = state if state is not None else MachineState()
+    state.gpu_sm_clock_mhz, state.gpu_sm_clock_max_mhz = clock, top
+    state.gpu_slowdown_pct = {reason: share for reason, share in slowdown.items() if share > 0}
     return state

@@ -6,8 +6,8 @@
   turn sampling off for the GPU the job does own. A MIG instance is read through its own handle (its memory
   is the slice's, not the whole GPU's); the PCI fallback refuses a MIG-enabled parent GPU for the same reason.
   :func:`torch_cuda_uuid` and :func:`torch_cuda_pci` ask torch for the identity.
-- :class:`NvmlBackend` initialises NVML, resolves the handles once and reads utilization, memory and power per
-  device, keyed by the GPU metric tags of :mod:`lightning_perf.analysis.metrics` (:data:`GPU_KEYS`). NOT_SUPPORTED and NO_PERMISSION are
+- :class:`NvmlBackend` initialises NVML, resolves the handles once and reads utilization, memory, power, the SM
+  clock and the clock-event ("throttle") reasons per device, keyed by the GPU metric tags of :mod:`lightning_perf.analysis.metrics` (:data:`GPU_KEYS`). NOT_SUPPORTED and NO_PERMISSION are
   answers about one metric on one device (utilization is NOT_SUPPORTED on a MIG instance, power may be
   NO_PERMISSION in a container): that metric is dropped there, with the reason in :attr:`unavailable`,
   and every other metric goes on.
@@ -35,10 +35,27 @@ GPU_UTIL = metrics.GPU_UTIL.tag
 GPU_MEM_UTIL = metrics.GPU_MEM_UTIL.tag
 GPU_MEM_USED = metrics.GPU_MEM_USED.tag
 GPU_POWER = metrics.GPU_POWER.tag
-GPU_KEYS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER)
+GPU_SM_CLOCK = metrics.GPU_SM_CLOCK.tag
+GPU_KEYS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER, GPU_SM_CLOCK)
 
 # the NVML readings, by the name the summary reports them under when a device cannot give them
 UTILIZATION, MEMORY, POWER = "utilization", "memory", "power"
+CLOCK, SLOWDOWN = "clock", "clock event reasons"
+_CORE_READINGS = frozenset((UTILIZATION, MEMORY, POWER))
+
+# The clock-event reasons (nvml.h ``nvmlClocksEventReason*``, formerly "throttle reasons") that hold a busy GPU's
+# clocks below what it could run. Left out on purpose: GPU idle (no work, not a slowdown), application/user and
+# display clock settings (a configuration, not a limit hit during the run) and sync boost (multi-GPU clock
+# matching). nvidia-smi's "Clocks Event Reasons" section documents each bit.
+SLOWDOWN_REASONS = {
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x20: "thermal limit (software)",
+    0x40: "thermal limit (hardware)",
+    0x80: "power brake",
+}
+#: the row key of a slowdown reason: 1.0 when the sample had it, 0.0 when not (its mean is the share of samples)
+SLOWDOWN_KEY = "slowdown:"
 
 # NVML return codes (nvml.h); the pynvml module carries the same values under these names
 _NOT_FOUND_CODES = ("NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT")
@@ -163,6 +180,21 @@ class NvmlBackend:
         # optional: older drivers lack the call, a MIG instance may not answer it (torch gives it too)
         capability = self._optional(nvml.nvmlDeviceGetCudaComputeCapability, handles[0])
         self.compute_capability: list[int] | None = [int(v) for v in capability] if capability else None
+        #: the highest SM clock each device can run, MHz (None where NVML does not say)
+        self.max_sm_clock_mhz = [self._optional(self._max_sm_clock, h) for h in handles]
+        # nvidia-ml-py 12.535+ names the call "ClocksEvent"; older ones only "ClocksThrottle"
+        self._slowdown_call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        if self._slowdown_call is None:
+            for device in self._devices:
+                device.unavailable[SLOWDOWN] = "not in this nvidia-ml-py"
+
+    def _max_sm_clock(self, handle: Any) -> float:
+        return float(self._nvml.nvmlDeviceGetMaxClockInfo(handle, self._nvml.NVML_CLOCK_SM))
+
+    def _sm_clock(self, handle: Any) -> float:
+        return float(self._nvml.nvmlDeviceGetClockInfo(handle, self._nvml.NVML_CLOCK_SM))
 
     def _optional(self, call: Callable[[Any], Any], handle: Any) -> Any:
         try:
@@ -211,8 +243,15 @@ class NvmlBackend:
             power = self._read(device, POWER, nvml.nvmlDeviceGetPowerUsage)
             if power is not None:
                 row[GPU_POWER] = power / 1000.0  # NVML reports milliwatts
+            clock = self._read(device, CLOCK, self._sm_clock)
+            if clock is not None:
+                row[GPU_SM_CLOCK] = clock
+            reasons = self._read(device, SLOWDOWN, self._slowdown_call)
+            if reasons is not None:
+                for bit, reason in SLOWDOWN_REASONS.items():
+                    row[SLOWDOWN_KEY + reason] = 1.0 if int(reasons) & bit else 0.0
             rows.append(row)
-        if all(len(device.unavailable) == 3 for device in self._devices):
+        if all(device.unavailable.keys() >= _CORE_READINGS for device in self._devices):
             answers = "; ".join(f"{name}: {why}" for name, why in self.unavailable.items())
             raise GpuUnavailable(
                 f"NVML gives none of utilization, memory and power for these GPUs ({answers})"

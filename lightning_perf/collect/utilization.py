@@ -50,7 +50,9 @@ from lightning_perf.collect.nvml import (
     GPU_MEM_USED,
     GPU_MEM_UTIL,
     GPU_POWER,
+    GPU_SM_CLOCK,
     GPU_UTIL,
+    SLOWDOWN_KEY,
     GpuUnavailable,
     NvmlBackend,
     PciLookup,
@@ -193,6 +195,7 @@ class UtilSampler:
         self._device_stats: list[_Stats] = []  # one per GPU in use, in cuda_devices order
         self._gpu_names: list[str] = []
         self._compute_capability: list[int] | None = None
+        self._max_sm_clock: list[float | None] = []
         self._workers_seen = 0
         self._next_cpu_read = 0.0
         self.gpu_metrics_unavailable = {}
@@ -260,6 +263,7 @@ class UtilSampler:
                 self._gpu = NvmlBackend.open(nvml, self.cuda_devices, self._uuid_lookup, self._pci_lookup)
                 self.nvml_uuids, self._gpu_names = self._gpu.uuids, self._gpu.names
                 self._compute_capability = self._gpu.compute_capability
+                self._max_sm_clock = self._gpu.max_sm_clock_mhz
                 self._device_stats = [_Stats() for _ in self.cuda_devices]
             except Exception as err:  # GpuUnavailable, or anything unexpected from the NVML module
                 self.gpu_unavailable_reason = (
@@ -388,3 +392,22 @@ class UtilSampler:
             for (means, peak), name in zip(stats, self._gpu_names, strict=False)
             if means
         ]
+
+    def gpu_clocks(self) -> tuple[float | None, float | None, dict[str, float]]:
+        """The slowest GPU's average SM clock and its maximum (MHz), and per clock slowdown reason the largest
+        share (%) of training samples in which it held some GPU's clocks down; (None, None, {}) without them."""
+        with self._lock:
+            per_device = [s.means() for s in self._device_stats]
+        clocks = [
+            (means[GPU_SM_CLOCK], top)
+            for means, top in zip(per_device, self._max_sm_clock, strict=False)
+            if GPU_SM_CLOCK in means
+        ]
+        clock, top = min(clocks, key=lambda pair: pair[0], default=(None, None))
+        slowdown: dict[str, float] = {}
+        for means in per_device:
+            for key, share in means.items():
+                if key.startswith(SLOWDOWN_KEY):
+                    reason = key[len(SLOWDOWN_KEY) :]
+                    slowdown[reason] = max(slowdown.get(reason, 0.0), 100.0 * share)
+        return clock, top, slowdown

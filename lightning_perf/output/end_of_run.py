@@ -17,6 +17,7 @@ from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.atomic_file import describe_os_error
+from lightning_perf.collect.machine_state import with_gpu_clocks
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.schedule import ProfileSchedule
@@ -76,6 +77,7 @@ def build_summary(
     )
     if sampler is not None:
         summary.utilization = sampler.summary()
+        summary.machine = with_gpu_clocks(summary.machine, sampler)
     trace_findings.read_cycles(trainer, session.cuda_traces, summary)
     return summary
 
