@@ -83,7 +83,8 @@ class PerfCallback(*namespaces.callback_bases()):
         diagnose: diagnose the run at the end of ``fit`` and recommend fixes.
         probe_num_workers: "auto" measures DataLoader throughput per num_workers when the run is input-bound,
             "always" whatever the verdict, "never" not at all.
-        probe_budget_s: total seconds the num_workers probe may take.
+        probe_budget_s: total seconds the num_workers probe may take: with "auto" its cap (the probe takes 20%
+            of the fit's training time), with "always" all of it.
         ab_cudnn_benchmark: at the end of ``fit`` on CUDA with convolutions, time the model on one batch with
             ``cudnn.benchmark`` off and on (the user's setting is restored).
         log_hparams: put the settings fingerprint and headline results in TensorBoard's HParams tab.

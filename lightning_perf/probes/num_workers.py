@@ -4,9 +4,10 @@
 batch sampler, collate_fn, batch size, pin_memory, drop_last, worker_init_fn) with ``num_workers`` 0, 1, 2,
 4, ... up to the usable cores, fetches a bounded number of batches from each within a time budget, and
 suggests the smallest value whose steady delivery rate beats the model's compute rate by a margin.
-Worker start-up (the time to the first batch) is reported apart from the steady rate. Each candidate's steady
-stream is timed in ``SEGMENTS`` consecutive segments; the slowest segment's rate is the one that must clear
-the model's rate, so one lucky stretch on a noisy machine cannot pick a value that does not keep up. The
+Worker start-up (the time to the first batch) is reported apart from the steady rate. Each candidate is timed in
+``REPEATS`` fresh starts (new iterator, new worker processes, each start-up left out of its rate); the slowest
+start's rate is the one that must clear the model's rate, so one lucky stretch on a noisy machine cannot pick a
+value that does not keep up. The
 budget fits the run (:func:`probe_budget`), and when other processes busied the machine during the probe the
 reason says so.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import statistics
 import sys
 import time
 import warnings
@@ -44,26 +46,31 @@ DEFAULT_BUDGET_S = 10.0
 MAX_BATCHES_PER_CANDIDATE = 200
 # The shortest per-batch timeout given to worker candidates, so a hung worker cannot block forever.
 MIN_WORKER_TIMEOUT_S = 1.0
-# Consecutive segments each candidate's steady stream is timed in: three give a median and a slowest rate
-# (the interval's lower end a selection must clear). Our choice, as the trial's default of three rounds.
-SEGMENTS = 3
+# Each candidate is timed in this many fresh starts (a new iterator, new worker processes): three give a median
+# and a slowest rate (the lower end a selection must clear). Our choice, as the trial's default of three rounds.
+REPEATS = 3
+# A fresh start's steady rate needs at least this many batches after its start-up burst (two intervals).
+MIN_STEADY_BATCHES = 3
 # The probe's budget as a share of the fit's training time, between a floor and the user's cap: a tool that
-# measures the run should not cost more than a fifth of it (our choice). Below the floor a candidate gets
-# under a quarter second, too short for a steady rate with worker start-up, so "auto" skips the probe.
+# measures the run should not cost more than a fifth of it (our choice). Below the floor each fresh start of a
+# candidate gets under ~0.2 s on a 2-core machine, while worker start-up alone took 70-140 ms there under load:
+# too short for a steady rate, so "auto" skips the probe.
 BUDGET_SHARE = 0.2
-MIN_BUDGET_S = 1.0
+MIN_BUDGET_S = 2.0
 
 
 def probe_budget(train_wall_s: float | None, cap_s: float, mode: str) -> float | None:
-    """The probe's budget for a fit of ``train_wall_s`` seconds: ``BUDGET_SHARE`` of it, at most ``cap_s``.
+    """The probe's budget for a fit of ``train_wall_s`` seconds.
 
-    ``None`` when ``mode`` is ``"auto"`` and that share is below ``MIN_BUDGET_S`` (too short for a verdict);
-    ``"always"`` gets at least the floor.
+    ``"auto"``: ``BUDGET_SHARE`` of the fit, at most ``cap_s``, and ``None`` (skip) when that share is below
+    ``MIN_BUDGET_S``, too short for a verdict. ``"always"``: the user asked for the measurement, so it gets
+    the whole ``cap_s`` (``probe_budget_s``) whatever the fit's length; the floor would give each fresh start
+    of each candidate a few batches, too few for a verdict that does not flip.
     """
+    if mode == "always":
+        return cap_s
     share = BUDGET_SHARE * train_wall_s if train_wall_s and train_wall_s > 0 else 0.0
-    if share < MIN_BUDGET_S:
-        return None if mode == "auto" else min(MIN_BUDGET_S, cap_s)
-    return min(share, cap_s)
+    return None if share < MIN_BUDGET_S else min(share, cap_s)
 
 
 @dataclass
@@ -72,7 +79,7 @@ class NumWorkersProbe:
 
     ``candidates`` holds one dict per measured ``num_workers``: ``num_workers``, ``startup_ms`` (time to the
     first batch), ``batches_per_sec`` (steady delivery rate, ``None`` when not measured),
-    ``segment_rates`` (the steady rate of each consecutive segment; their minimum must clear the model),
+    ``repeat_rates`` (the steady rate of each fresh start; their minimum must clear the model),
     ``batches`` (fetched in all) and ``error`` (``None``, or why the candidate failed). ``machine_note`` says
     when other processes busied the machine while it measured ("" otherwise).
     """
@@ -155,16 +162,16 @@ def probe_num_workers(
 
 
 def _slowest_rate(candidate: dict[str, Any]) -> float | None:
-    """The candidate's rate a selection must clear: its slowest segment's, or its overall rate."""
-    segments = candidate.get("segment_rates") or []
-    return min(segments) if segments else candidate.get("batches_per_sec")
+    """The candidate's rate a selection must clear: its slowest start's, or its overall rate."""
+    repeats = candidate.get("repeat_rates") or []
+    return min(repeats) if repeats else candidate.get("batches_per_sec")
 
 
 def _rate_text(candidate: dict[str, Any]) -> str:
-    segments = candidate.get("segment_rates") or []
+    repeats = candidate.get("repeat_rates") or []
     text = f"{candidate['batches_per_sec']:.1f} batches/s"
-    if len(segments) > 1:
-        text += f" ({min(segments):.1f}-{max(segments):.1f} over {len(segments)} segments)"
+    if len(repeats) > 1:
+        text += f" ({min(repeats):.1f}-{max(repeats):.1f} over {len(repeats)} fresh starts)"
     return text
 
 
@@ -188,7 +195,7 @@ def suggest_from_candidates(
     needed = compute_batches_per_sec * margin
     pick = next((c for c in measured if (_slowest_rate(c) or 0.0) >= needed), None)
     if pick is not None:
-        slowest = "even in its slowest segment, " if len(pick.get("segment_rates") or []) > 1 else ""
+        slowest = "even in its slowest start, " if len(pick.get("repeat_rates") or []) > 1 else ""
         return pick["num_workers"], (
             f"num_workers={pick['num_workers']} delivers {_rate_text(pick)}, {slowest}at least "
             f"{margin:g}x the model's {compute_batches_per_sec:.1f} batches/s"
@@ -211,84 +218,82 @@ def candidate_counts(max_workers: int) -> list[int]:
 
 
 def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: float) -> dict[str, Any]:
-    """Fetch from a copy with ``workers`` workers for ``slice_s``; restart the copy when the data runs out."""
+    """Time a copy with ``workers`` workers in ``REPEATS`` fresh starts within ``slice_s``."""
     result: dict[str, Any] = {
         "num_workers": workers,
         "startup_ms": None,
         "batches_per_sec": None,
-        "segment_rates": [],
+        "repeat_rates": [],
         "batches": 0,
         "error": None,
     }
-    steady_times: list[float] = []  # arrival times of the steady batches, to time the segments
-    # batches the workers had ready when the first arrived: a burst, not the steady rate
-    warmup = max(workers - 1, 0)
     start = time.perf_counter()
-    end = start + slice_s
-    steady_batches, steady_s = 0, 0.0
-    iterator = None
     try:
         loader = _copy(dataloader, workers, timeout_s=max(remaining_s, MIN_WORKER_TIMEOUT_S))
-        done = False
-        while not done:
-            iterator = iter(loader)
-            fetched, clock_start, last = 0, None, start
-            for _ in iterator:
-                last = time.perf_counter()
-                result["batches"] += 1
-                if result["startup_ms"] is None:
-                    result["startup_ms"] = (last - start) * 1000.0
-                if fetched == warmup:
-                    clock_start = last
-                    steady_times.append(float("nan"))  # a new iterator: segments do not span the restart
-                if fetched >= warmup:
-                    steady_times.append(last)
-                fetched += 1
-                if last >= end or result["batches"] >= MAX_BATCHES_PER_CANDIDATE:
-                    done = True
-                    break
-            if clock_start is not None and fetched > warmup + 1:
-                steady_batches += fetched - warmup - 1
-                steady_s += last - clock_start
-            _shutdown(iterator)
-            iterator = None
-            if fetched == 0:
-                raise RuntimeError("the DataLoader yielded no batches")
-            done = done or time.perf_counter() >= end
+        for repeat in range(REPEATS):
+            if repeat and time.perf_counter() >= start + slice_s:
+                break  # slow batches used the slice up: no time for another start
+            stream = _time_stream(loader, workers, start + slice_s * (repeat + 1) / REPEATS, start + slice_s)
+            result["batches"] += stream.batches
+            if result["startup_ms"] is None:
+                result["startup_ms"] = stream.startup_ms
+            if stream.steady_batches > 0 and stream.steady_s > 0:
+                result["repeat_rates"].append(stream.steady_batches / stream.steady_s)
     except Exception as err:  # a failing candidate is a result, never a crash of the training it watches
         result["error"] = f"{type(err).__name__}: {err}"
         return result
-    finally:
-        _shutdown(iterator)
-    if steady_batches > 0 and steady_s > 0:
-        result["batches_per_sec"] = steady_batches / steady_s
-        result["segment_rates"] = segment_rates(steady_times, SEGMENTS)
+    if result["repeat_rates"]:
+        result["batches_per_sec"] = statistics.median(result["repeat_rates"])
     elif result["batches"] > 0:
         # too few batches for a steady rate: count the start-up in, which can only under-state the rate
         result["batches_per_sec"] = result["batches"] / max(time.perf_counter() - start, 1e-9)
     return result
 
 
-def segment_rates(times: list[float], segments: int) -> list[float]:
-    """Rates (batches/s) of ``segments`` consecutive stretches of batch arrival ``times``; ``nan`` marks a
-    restart of the iterator, which no stretch spans. Fewer stretches when there are too few batches."""
-    runs: list[list[float]] = [[]]
-    for t in times:
-        if math.isnan(t):
-            runs.append([])
-        else:
-            runs[-1].append(t)
-    intervals = [(run[i], run[i + 1]) for run in runs for i in range(len(run) - 1)]
-    if len(intervals) < segments:
-        return []
-    size = len(intervals) // segments
-    rates = []
-    for k in range(segments):
-        chunk = intervals[k * size : (k + 1) * size if k < segments - 1 else None]  # the last takes the rest
-        elapsed = sum(end - start for start, end in chunk)
-        if elapsed > 0:
-            rates.append(len(chunk) / elapsed)
-    return rates
+@dataclass
+class _Stream:
+    batches: int = 0
+    startup_ms: float | None = None
+    steady_batches: int = 0  # batches after the start-up burst, and the seconds they took
+    steady_s: float = 0.0
+
+
+def _time_stream(loader: DataLoader, workers: int, end: float, last_end: float) -> _Stream:
+    """Fetch from fresh iterators (new workers) until ``end``; the start-up and its burst are not steady time.
+
+    A start that has no steady rate by ``end`` (slow worker start-up) goes on until it has one or until
+    ``last_end``, the end of the candidate's whole slice: it borrows from the candidate's later starts, never
+    from the other candidates."""
+    stream = _Stream()
+    # batches the workers had ready when the first arrived: a burst, not the steady rate
+    warmup = max(workers - 1, 0)
+    most = math.ceil(MAX_BATCHES_PER_CANDIDATE / REPEATS)
+    started = time.perf_counter()
+    while True:
+        iterator = iter(loader)  # also after the data ran out: a restart, its start-up again left out
+        fetched, clock_start, last = 0, None, started
+        try:
+            for _ in iterator:
+                last = time.perf_counter()
+                stream.batches += 1
+                if stream.startup_ms is None:
+                    stream.startup_ms = (last - started) * 1000.0
+                if fetched == warmup:
+                    clock_start = last
+                fetched += 1
+                steady = fetched >= warmup + MIN_STEADY_BATCHES or last >= last_end
+                if (last >= end and steady) or stream.batches >= most:
+                    break
+        finally:
+            _shutdown(iterator)
+        if clock_start is not None and fetched > warmup + 1:
+            stream.steady_batches += fetched - warmup - 1
+            stream.steady_s += last - clock_start
+        if fetched == 0:
+            raise RuntimeError("the DataLoader yielded no batches")
+        now = time.perf_counter()
+        if stream.batches >= most or now >= last_end or (now >= end and stream.steady_batches > 0):
+            return stream
 
 
 def _copy(dataloader: DataLoader, workers: int, timeout_s: float) -> DataLoader:

@@ -26,9 +26,11 @@ def diagnosis_text(log_dir):
 
 def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(tmp_path, caplog):
     with caplog.at_level(logging.INFO):
-        # "always": a fit this short gets the probe's floor budget (auto would skip it, see below)
+        # "always": a fit this short gets the whole budget it is given (auto would skip it, see below)
         summary, log_dir = fit(
-            tmp_path, loader(n=96, batch_size=4, delay_s=0.004), probe_num_workers="always"
+            tmp_path,
+            loader(n=96, batch_size=4, delay_s=0.004),
+            probe_num_workers="always",
         )
     (finding,) = [f for f in summary.findings if f.id == "input_bound"]
     assert "highly input-bound" in finding.title + finding.evidence
@@ -42,7 +44,7 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     assert "highly input-bound" in diagnosis_text(log_dir)
     assert "highly input-bound" in caplog.text
     # the probe says when it starts and what it found, one line each
-    assert "lightning-perf: measuring DataLoader num_workers (up to 1 s" in caplog.text
+    assert "lightning-perf: measuring DataLoader num_workers (up to 3 s" in caplog.text
     assert f"num_workers probe: suggests {probe['suggested']}" in caplog.text
     # CPU training: the cudnn.benchmark A/B says it does not apply instead of inventing numbers
     assert summary.probes["cudnn_benchmark"]["applies"] is False

@@ -16,6 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.summary import RunSummary, Settings, TimingSummary
 from lightning_perf.probes.num_workers import (
+    REPEATS,
     NumWorkersProbe,
     candidate_counts,
     probe_num_workers,
@@ -23,7 +24,7 @@ from lightning_perf.probes.num_workers import (
 )
 
 SAMPLE_SLEEP_S = 0.005  # 5 ms a sample, 20 ms a batch of 4: about 50 batches/s per worker
-BUDGET_S = 1.0
+BUDGET_S = 2.0  # three fresh starts of three candidates: about 0.2 s each
 
 
 class SlowDataset(Dataset):
@@ -159,7 +160,7 @@ def test_result_is_json_serialisable():
         "num_workers",
         "startup_ms",
         "batches_per_sec",
-        "segment_rates",
+        "repeat_rates",
         "batches",
         "error",
     }
@@ -247,34 +248,36 @@ def test_budget_running_out_stops_the_sweep_and_says_so():
 
 
 def test_budget_fits_the_run_between_floor_and_cap():
-    from lightning_perf.probes.num_workers import BUDGET_SHARE, MIN_BUDGET_S, probe_budget
+    from lightning_perf.probes.num_workers import BUDGET_SHARE, probe_budget
 
     assert probe_budget(1.75, 10.0, "auto") is None  # a 1.75 s fit is too short for a verdict
-    assert probe_budget(1.75, 10.0, "always") == MIN_BUDGET_S
     assert probe_budget(30.0, 10.0, "auto") == pytest.approx(30.0 * BUDGET_SHARE)
     assert probe_budget(3600.0, 10.0, "auto") == 10.0  # the user's cap
-    assert probe_budget(None, 10.0, "always") == MIN_BUDGET_S
+    # asked for: the whole budget the user set, whatever the fit's length
+    assert probe_budget(1.75, 10.0, "always") == 10.0
+    assert probe_budget(None, 3.0, "always") == 3.0
 
 
-def test_segments_time_the_steady_stream_without_spanning_a_restart():
-    from lightning_perf.probes.num_workers import segment_rates
+def test_each_candidate_is_timed_in_fresh_starts_whose_slowest_must_clear_the_model():
+    loader = DataLoader(SlowDataset(length=12, sleep_s=0.002), batch_size=2)
+    result = run_probe(loader, compute_ms_per_batch=1.0, budget_s=1.0, max_workers=1)
+    for candidate in result.candidates:
+        assert len(candidate["repeat_rates"]) == REPEATS
+        assert (
+            min(candidate["repeat_rates"]) <= candidate["batches_per_sec"] <= max(candidate["repeat_rates"])
+        )
+    # 6 batches an epoch: every start (and every restart when the data runs out) is a new iterator
+    assert result.candidates[0]["batches"] > REPEATS * 6 / 2
 
-    # 10 batches/s, then a restart, then 20 batches/s: three segments of three intervals
-    times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, float("nan"), 5.0, 5.05, 5.1, 5.15]
-    assert segment_rates(times, 3) == pytest.approx([10.0, 10.0, 20.0])
-    # intervals that do not divide evenly: the last segment takes the rest
-    assert segment_rates([0.0, 0.1, 0.2, 0.3, 0.4], 3) == pytest.approx([10.0, 10.0, 10.0])
-    assert segment_rates([0.0, 0.1], 3) == []
 
-
-def test_selection_needs_the_slowest_segment_to_clear_the_model():
-    lucky = {"num_workers": 1, "batches_per_sec": 130.0, "segment_rates": [200.0, 130.0, 60.0], "error": None}
+def test_selection_needs_the_slowest_start_to_clear_the_model():
+    lucky = {"num_workers": 1, "batches_per_sec": 130.0, "repeat_rates": [200.0, 130.0, 60.0], "error": None}
     steady = {
         "num_workers": 2,
         "batches_per_sec": 125.0,
-        "segment_rates": [124.0, 125.0, 126.0],
+        "repeat_rates": [124.0, 125.0, 126.0],
         "error": None,
     }
     suggested, reason = suggest_from_candidates([lucky, steady], 100.0)
-    assert suggested == 2  # one fast stretch of num_workers=1 does not make it keep up
-    assert "even in its slowest segment" in reason and "124.0-126.0 over 3 segments" in reason
+    assert suggested == 2  # one fast start of num_workers=1 does not make it keep up
+    assert "even in its slowest start" in reason and "124.0-126.0 over 3 fresh starts" in reason
