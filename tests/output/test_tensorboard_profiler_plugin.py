@@ -12,12 +12,15 @@ RUN = "lightning_logs/version_0"
 
 @pytest.fixture(scope="module")
 def profiled_run(tmp_path_factory):
-    """A fit over a DataLoader that sleeps 3 ms per sample (12 ms per batch) and one trace of 3 steps."""
+    """A fit over a DataLoader that sleeps 10 ms per sample (40 ms per batch) and one trace of 3 steps.
+
+    The wait is ~95% of a step, so a CPU hiccup of a few ms in one of the 3 traced steps on a busy machine
+    cannot move the plugin's share far from the callback's run-wide figure (at 12 ms a batch it could)."""
     root = tmp_path_factory.mktemp("tb")
     callback = PerfCallback(
         skip_first=2, wait=1, warmup=1, active=3, repeat=1, utilization=False, diagnose=False
     )
-    trainer(root, [callback], limit_train_batches=20).fit(TinyModel(), loader(n=80, delay_s=0.003))
+    trainer(root, [callback], limit_train_batches=20).fit(TinyModel(), loader(n=80, delay_s=0.01))
     server = TensorBoardServer(str(root))
     try:
         yield server, callback.last_summary
