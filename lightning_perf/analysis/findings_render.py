@@ -55,12 +55,13 @@ def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:
 CONSOLE_WIDTH = 110
 
 
-def render_console(findings: Sequence[Finding], max_lines: int = 5) -> str:
-    """A compact block for the end of fit: the verdict, then a table of the most severe findings."""
+def render_console(findings: Sequence[Finding], max_lines: int = 5, head: str | None = None) -> str:
+    """A compact block for the end of fit: the verdict (or ``head``), then a table of the most severe findings."""
     verdict = next((f for f in findings if f.id == "input_bound"), None)
-    head = "lightning-perf: " + (
-        f"{_verdict_text(verdict)} - {verdict.evidence}" if verdict else "no timing data"
-    )
+    if head is None:
+        head = "lightning-perf: " + (
+            f"{_verdict_text(verdict)} - {verdict.evidence}" if verdict else "no timing data"
+        )
     actionable = [f for f in findings if f.severity != "info"]
     if not actionable:
         return head
@@ -75,6 +76,22 @@ def render_console(findings: Sequence[Finding], max_lines: int = 5) -> str:
     if len(actionable) > max_lines:
         table.caption = f"{len(actionable) - max_lines} more in perf_summary.json and TensorBoard's Text tab"
     return head + "\n" + _plain_text(table)
+
+
+def render_changes(before: Sequence[Finding], after: Sequence[Finding]) -> str | None:
+    """The console lines for what a measured probe changed in a diagnosis already shown; None when nothing did.
+
+    The block printed at the end of training stays on screen: repeating all of it would bury the change."""
+    changed = [f for f in after if f not in before]
+    gone = sorted({f.id for f in before} - {f.id for f in after})
+    if not changed and not gone:
+        return None
+    head = "lightning-perf: the num_workers probe updated the diagnosis"
+    if gone:
+        head += f" (no longer: {', '.join(gone)})"
+    lines = [render_console(changed, head=head + ":")]
+    lines += [f"  {f.id}: {f.evidence}" for f in changed if f.severity == "info"]
+    return "\n".join(lines)
 
 
 def render_probe_markdown(probe: Mapping[str, Any]) -> str:

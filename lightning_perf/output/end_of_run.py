@@ -193,6 +193,17 @@ def _render_findings(trainer: Any, summary: RunSummary) -> str:
     return markdown
 
 
+def _show_changes(trainer: Any, previous: list[Any], summary: RunSummary) -> None:
+    """The whole updated diagnosis in the Text tab; on the console only what changed (the first block stays)."""
+    from lightning_perf.analysis.findings_render import render_changes, render_markdown
+
+    markdown = render_markdown(summary.findings, summary)
+    tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
+    changes = render_changes(previous, summary.findings)
+    if changes:
+        log.info(changes)
+
+
 def _safely(what: str, job: Any) -> bool:
     """Run ``job``; on an error one warning names what was lost and why. True when it ran through."""
     try:
@@ -289,7 +300,7 @@ def probe_and_update(
         lambda: tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"]),
     )
     if summary.findings != previous:
-        _show_findings(trainer, summary)
+        _safely("show the updated diagnosis", lambda: _show_changes(trainer, previous, summary))
 
 
 def _diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:

@@ -46,6 +46,8 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     # the probe says when it starts and what it found, one line each
     assert "lightning-perf: measuring DataLoader num_workers (up to 3 s" in caplog.text
     assert f"num_workers probe: suggests {probe['suggested']}" in caplog.text
+    # the end-of-training block stays on screen: after the probe only what it changed, not the block again
+    assert caplog.text.count("lightning-perf: highly input-bound") == 1
     # CPU training: the cudnn.benchmark A/B says it does not apply instead of inventing numbers
     assert summary.probes["cudnn_benchmark"]["applies"] is False
     assert "cpu" in summary.probes["cudnn_benchmark"]["reason"]
