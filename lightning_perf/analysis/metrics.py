@@ -166,9 +166,16 @@ GPU_DATA_WAIT_PCT = _w(
     "data_wait_pct",
     "%",
     "on CUDA: that idle time as a share of the GPU's step",
+    across_ranks=True,
     chart="DataLoader wait",
 )
-GPU_COMPUTE = _w("gpu", "compute_ms", "ms", "on CUDA: mean GPU time per step between batch-boundary events")
+GPU_COMPUTE = _w(
+    "gpu",
+    "compute_ms",
+    "ms",
+    "on CUDA: mean GPU time per step between batch-boundary events",
+    across_ranks=True,
+)
 CPU_UTIL = _w(
     "cpu",
     "process_pct",
