@@ -31,7 +31,7 @@ from lightning_perf.analysis.comparison_metrics import (
     settings_diffs,
 )
 from lightning_perf.analysis.numbers import finite as _finite
-from lightning_perf.analysis.rules_noise import noisy_machine
+from lightning_perf.analysis.rules_noise import BUSY_TITLE, noisy_machine
 from lightning_perf.analysis.statistics import (
     CONFIDENCE,
     NO_DIFFERENCE,
@@ -323,7 +323,8 @@ def _warnings(c: Comparison, summaries: Sequence[RunSummary]) -> list[str]:
     for name, s in zip(c.run_names, summaries, strict=True):
         noisy = noisy_machine(s, None)
         if noisy is not None:
-            lines.append(f"warning: {name} was measured on a busy machine: {noisy.evidence}")
+            where = "on a busy machine" if noisy.title == BUSY_TITLE else "with its GPU's clocks held down"
+            lines.append(f"warning: {name} was measured {where}: {noisy.evidence}")
         if s.timing.steps == 0:
             lines.append(f"warning: {name} is a partial summary: no training steps were timed")
         elif s.status != "finished":

@@ -15,6 +15,9 @@ from lightning_perf.analysis.thresholds import (
     NOISY_STEAL_PCT,
 )
 
+BUSY_TITLE = "The machine was busy with other work while this run measured"
+GPU_SLOWED_TITLE = "The GPU's clocks were held down while this run measured"
+
 
 def noisy_machine(summary: RunSummary, verdict: str | None) -> Finding | None:
     machine = summary.machine
@@ -39,9 +42,7 @@ def noisy_machine(summary: RunSummary, verdict: str | None) -> Finding | None:
     return Finding(
         id="noisy_machine",
         severity="low",
-        title="The machine was busy with other work while this run measured"
-        if busy or stolen
-        else "The GPU's clocks were held down while this run measured",
+        title=BUSY_TITLE if busy or stolen else GPU_SLOWED_TITLE,
         evidence=f"During the run {'; '.join(causes)}: timings may be off by "
         f"{_effect(summary, other if busy else None, cores, machine if slowed else None)}.",
         recommendation="Compare runs with `lightning-perf trial --repeats N` (interleaved rounds, intervals) "

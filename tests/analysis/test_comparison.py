@@ -265,6 +265,21 @@ def test_partial_and_unfinished_runs_are_warned():
     assert any("b has status 'interrupted'" in w for w in c.warnings)
 
 
+def test_a_run_on_a_throttled_gpu_is_warned_with_its_clocks():
+    from lightning_perf.analysis.summary import MachineState
+
+    throttled = make_summary()
+    throttled.machine = MachineState(
+        gpu_sm_clock_mhz=1200.0,
+        gpu_sm_clock_max_mhz=1980.0,
+        gpu_slowdown_pct={"thermal limit (software)": 60.0},
+    )
+    c = compare([make_summary(), throttled], ["cool", "hot"])
+    (warning,) = [w for w in c.warnings if w.startswith("warning: hot")]
+    assert warning.startswith("warning: hot was measured with its GPU's clocks held down:")
+    assert "thermal limit (software) in 60.0%" in warning and "1200 of 1980 MHz" in warning
+
+
 def test_check_summary_rejects_malformed_fields():
     check_summary(make_summary())
     broken = make_summary()
