@@ -45,6 +45,7 @@ from lightning_perf.collect.cpu_sampler import (
     PsutilBackend,
     usable_cpu_count,
 )
+from lightning_perf.collect.memory_trend import MemoryRecorder
 from lightning_perf.collect.nvml import (
     GPU_KEYS,
     GPU_MEM_USED,
@@ -130,6 +131,8 @@ class UtilSampler:
         pid: the training process; None for this process.
         exclude_pids: child processes that are no DataLoader workers, left out of the worker figures with
             their descendants: e.g. the other local ranks Lightning's DDP launcher starts from rank 0.
+        memory: reads process RSS and GPU memory at each sample of a training step (at most one per step),
+            for the memory series of the summary; None for none.
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class UtilSampler:
         pid: int | None = None,
         exclude_pids: list[int] | None = None,
         cpu_interval_s: float | None = None,
+        memory: MemoryRecorder | None = None,
     ) -> None:
         if not (finite(interval_s) is not None and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
@@ -169,6 +173,7 @@ class UtilSampler:
         self._psutil = psutil_module
         self._pid = pid
         self._exclude_pids = list(exclude_pids or [])
+        self.memory = memory
         self.gpu_unavailable_reason: str | None = None
         self.nvml_uuids: list[
             str
@@ -231,14 +236,17 @@ class UtilSampler:
             cpu, workers = self._read_cpu(force=True)
             if cpu:
                 self._add(cpu, workers=workers)
+        if self.memory is not None:
+            self.memory.finish()
         self._close()
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self, stop_event: threading.Event) -> None:
-        # without a GPU to sample, the thread only wakes for the (rarer) CPU reads
-        wait_s = self.interval_s if self._gpu is not None else max(self.interval_s, self.cpu_interval_s)
+        # without a GPU or memory series to sample, the thread only wakes for the (rarer) CPU reads
+        every_sample = self._gpu is not None or self.memory is not None
+        wait_s = self.interval_s if every_sample else max(self.interval_s, self.cpu_interval_s)
         while not stop_event.wait(wait_s):
             try:
                 self.sample_once()
@@ -307,6 +315,8 @@ class UtilSampler:
         cpu, workers = self._read_cpu(force=False)
         sample.update(cpu)
         self._add(sample, rows, workers)
+        if self.memory is not None:
+            self.memory.read()
 
     def _read_cpu(self, force: bool) -> tuple[dict[str, float], int | None]:
         """The CPU figures since the last read, when due (or ``force``); ({}, None) otherwise."""
