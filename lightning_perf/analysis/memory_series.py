@@ -34,7 +34,8 @@ class MemorySeries:
     reading failed); ``gpu_allocated_mb`` is empty when no GPU was read, ``gpu_unavailable_reason`` says why.
     ``ram_total_gb``/``ram_available_gb`` are the machine's RAM, or the process's cgroup (container) limit when
     lower, at the end of the run; ``gpu_total_gb`` is the trained device's memory and ``gpu_peak_allocated_gb``
-    the allocator's peak (``torch.cuda.max_memory_allocated``) at the end. MB are 1e6 bytes and GB 1e9, as
+    the allocator's peak (``torch.cuda.max_memory_allocated``) at the end; ``interval_s`` is the sampler's
+    interval (one reading per step at most). MB are 1e6 bytes and GB 1e9, as
     everywhere in the summary.
     """
 
