@@ -279,6 +279,7 @@ class PerfCallback(*namespaces.callback_bases()):
     def _start_sampler(self, trainer: Trainer) -> None:
         self._stop_sampler()  # never two sampler threads, whatever called this twice
         try:
+            from lightning_perf.collect.memory_trend import MemoryRecorder
             from lightning_perf.collect.utilization import UtilSampler
 
             device = trainer.strategy.root_device
@@ -286,7 +287,10 @@ class PerfCallback(*namespaces.callback_bases()):
             # under strategy="ddp" rank 0 launched the other local ranks: they are not DataLoader workers
             launcher = getattr(trainer.strategy, "launcher", None)
             other_ranks = [proc.pid for proc in getattr(launcher, "procs", None) or []]
-            self._sampler = UtilSampler(self.config.util_interval_s, cuda_devices, exclude_pids=other_ranks)
+            memory = MemoryRecorder(lambda: trainer.global_step, cuda_devices[0] if cuda_devices else None)
+            self._sampler = UtilSampler(
+                self.config.util_interval_s, cuda_devices, exclude_pids=other_ranks, memory=memory
+            )
             self._sampler.pause()  # the first epoch's start is not a step: the first batch resumes it
             self._sampler.start()
         except Exception as err:

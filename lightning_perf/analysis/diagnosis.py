@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from lightning_perf.analysis import rules_device, rules_input, rules_noise, rules_pipeline, rules_run
+from lightning_perf.analysis import (
+    rules_device,
+    rules_input,
+    rules_memory,
+    rules_noise,
+    rules_pipeline,
+    rules_run,
+)
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.summary import Finding, RunSummary
@@ -34,6 +41,7 @@ RULES = (
     rules_input.workers_exceed_cores,
     rules_input.workers_saturated,
     rules_run.straggler,
+    rules_memory.memory_growth,
     rules_noise.noisy_machine,
 )
 

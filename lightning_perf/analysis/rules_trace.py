@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from lightning_perf.analysis.diagnosis import input_bound_verdict
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rules_memory import LEAK_RECOMMENDATION, capacity_finding
 from lightning_perf.analysis.summary import Finding
 from lightning_perf.analysis.thresholds import BF16_MIN_CC, SEVERITY_ORDER, TENSOR_CORE_MIN_CC, VERDICTS
 from lightning_perf.analysis.trace_figures import TraceFigures
@@ -21,8 +22,6 @@ from lightning_perf.analysis.trace_thresholds import (
     HOST_SYNC_MIN_IDLE_PCT,
     LAUNCH_BOUND_SMALL_KERNEL_PCT,
     MEMORY_GROWTH_MIN_MB_PER_STEP,
-    MEMORY_NEAR_CAPACITY_PCT,
-    MEMORY_ROOM_PCT,
     MIXED_PRECISION_LOW_PCT,
     MIXED_PRECISION_MEDIUM_PCT,
     PAGEABLE_MEMCPY_MEDIUM_PCT,
@@ -183,30 +182,11 @@ def memory_growth(figures: TraceFigures) -> Finding | None:
             title="GPU memory grows step after step",
             evidence=f"Allocated memory rises {_fmt(growth)} MB a step ({figures.memory_growth_steps} of "
             f"{figures.steps - 1} steps up){eta}.",
-            recommendation="Keep no tensors with their graph across steps: store `loss.detach()` (or "
-            "`.item()` at epoch end), not `loss`, in lists such as `self.outputs`.",
+            recommendation=LEAK_RECOMMENDATION + ".",
         )
-    if peak is None or not capacity or not figures.memory_absolute:
+    if not figures.memory_absolute:  # changes only: the peak is relative to the first sample
         return None
-    used = 100.0 * peak / capacity
-    if used >= MEMORY_NEAR_CAPACITY_PCT:
-        return Finding(
-            id="memory_growth",
-            severity="medium",
-            title="Peak GPU memory is near the device's capacity",
-            evidence=f"Peak allocated {_fmt(peak)} GB, {_fmt(used)}% of {_fmt(capacity)} GB.",
-            recommendation='Leave headroom: `precision="bf16-mixed"`, activation checkpointing, or a smaller '
-            "batch with `accumulate_grad_batches`.",
-        )
-    if used < MEMORY_ROOM_PCT:
-        return Finding(
-            id="memory_growth",
-            severity="info",
-            title="GPU memory has room for a larger batch",
-            evidence=f"Peak allocated {_fmt(peak)} GB, {_fmt(used)}% of {_fmt(capacity)} GB.",
-            recommendation="A larger batch would use the free memory (scale the learning rate with it).",
-        )
-    return None
+    return capacity_finding(peak, capacity)
 
 
 TRACE_RULES = (

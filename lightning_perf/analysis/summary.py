@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.analysis.memory_series import MemorySeries
 from lightning_perf.analysis.statistics import median_interval
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.atomic_file import atomic_open
@@ -31,7 +32,7 @@ MAX_SUMMARY_BYTES = 16 << 20
 # The deepest a summary nests is ~5 (probes.num_workers.candidates[i].error); 32 leaves room for free-form probes.
 MAX_SUMMARY_DEPTH = 32
 # The parts holding measured figures: none of their numbers can be negative, infinite or NaN.
-_MEASURED_SECTIONS = ("timing", "utilization", "ranks")
+_MEASURED_SECTIONS = ("timing", "utilization", "ranks", "memory")
 
 
 class SummaryError(LightningPerfError, ValueError):
@@ -294,6 +295,8 @@ class RunSummary:
     trace_figures: list[TraceFigures] = field(default_factory=list)
     # the machine's state during the run; None when it could not be read
     machine: MachineState | None = None
+    # process RSS and GPU allocator memory over the training steps (the utilization sampler); None without it
+    memory: MemorySeries | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

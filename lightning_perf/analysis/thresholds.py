@@ -69,3 +69,28 @@ NOISY_STEAL_PCT = 5.0
 # training samples: the same 10% line as the CPU's, since a lowered SM clock slows every kernel in proportion
 # (NVIDIA's nvidia-smi documents the reasons; clocks held down in a few samples are within run-to-run spread).
 NOISY_GPU_SLOWDOWN_PCT = 10.0
+
+# Memory growth over the sampler's series (rules_memory; the trace's own lines are in trace_thresholds).
+# The first share of the steps is warm-up, left out of the fit: the caching allocator's segments, optimizer state
+# (created at the first optimizer step), cudnn workspaces, DataLoader pin-memory threads all settle there.
+# Our choice: a fifth of the steps, enough for all of these on the runs we measured (they settle in a few steps).
+MEMORY_WARMUP_SHARE = 0.2
+# Fewest readings after warm-up for a fit. Our choice: Theil-Sen's interval (Sen 1968) uses the normal
+# approximation of Kendall's S, which statistics texts accept from n = 10.
+MEMORY_MIN_POINTS = 10
+# "Monotone-ish": Kendall's tau of memory against step at least this, i.e. three of four pairs of readings in
+# step order rise. Our choice: a leak adds at every step, so its pairs are almost all concordant even with noise.
+MEMORY_MIN_TAU = 0.5
+# Still climbing at the end: the later half's slope at least this share of the whole; a warm-up jump followed by
+# a plateau has a later slope near 0. Our choice: half, loose enough for a noisy leak.
+MEMORY_LATE_SLOPE_SHARE = 0.5
+# Least total growth over the fitted steps worth a finding. Process RSS: glibc keeps freed heap up to its trim
+# threshold before returning it, and that threshold rises with the dynamic mmap threshold to at most 2 x 32 MB on
+# 64-bit (mallopt(3), M_TRIM_THRESHOLD / M_MMAP_THRESHOLD), so up to 64 MB can be the heap's own slack.
+RSS_GROWTH_MIN_MB = 64.0
+# GPU: torch.cuda.memory_allocated counts live tensors exactly, but the caching allocator rounds large
+# allocations to 2 MiB blocks (PyTorch "CUDA semantics: memory management"). Our choice: 8 such blocks.
+GPU_GROWTH_MIN_MB = 16.0
+# High when, at the fitted rate, memory runs out within this many times the steps the run has taken: a run ten
+# times as long, the usual step from a short trial to the real training, would fail. Our choice.
+MEMORY_ETA_HIGH_RUNS = 10.0

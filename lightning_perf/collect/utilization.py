@@ -45,14 +45,10 @@ from lightning_perf.collect.cpu_sampler import (
     PsutilBackend,
     usable_cpu_count,
 )
+from lightning_perf.collect.memory_trend import MemoryRecorder
 from lightning_perf.collect.nvml import (
     GPU_KEYS,
     GPU_MEM_USED,
-    GPU_MEM_UTIL,
-    GPU_POWER,
-    GPU_SM_CLOCK,
-    GPU_UTIL,
-    SLOWDOWN_KEY,
     GpuUnavailable,
     NvmlBackend,
     PciLookup,
@@ -60,6 +56,7 @@ from lightning_perf.collect.nvml import (
     torch_cuda_pci,
     torch_cuda_uuid,
 )
+from lightning_perf.collect.sampler_stats import Stats, clock_figures, gpu_figures
 
 __all__ = [
     "CPU_UTIL",
@@ -84,38 +81,6 @@ CPU_INTERVAL_S = 1.0
 STOP_JOIN_TIMEOUT_S = 10.0
 
 
-class _Stats:
-    """Running sum, count and peak per metric; means() holds only metrics that have samples."""
-
-    __slots__ = ("sums", "counts", "peaks")
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-        self.peaks: dict[str, float] = {}
-
-    def add(self, values: dict[str, float]) -> None:
-        for key, value in values.items():
-            self.sums[key] = self.sums.get(key, 0.0) + value
-            self.counts[key] = self.counts.get(key, 0) + 1
-            self.peaks[key] = max(value, self.peaks.get(key, value))
-
-    def means(self) -> dict[str, float]:
-        return {key: total / self.counts[key] for key, total in self.sums.items()}
-
-
-def _gpu_figures(means: dict[str, float], peak: float | None, name: str | None, cc: Any) -> GpuUtilization:
-    return GpuUtilization(
-        device_name=name,
-        util_pct=means.get(GPU_UTIL),
-        mem_util_pct=means.get(GPU_MEM_UTIL),
-        mem_used_gb=means.get(GPU_MEM_USED),
-        peak_mem_used_gb=peak,
-        power_w=means.get(GPU_POWER),
-        compute_capability=cc,
-    )
-
-
 class UtilSampler:
     """Samples GPU (NVML) and CPU (psutil) utilization on a daemon thread; see the module docstring.
 
@@ -132,6 +97,8 @@ class UtilSampler:
         pid: the training process; None for this process.
         exclude_pids: child processes that are no DataLoader workers, left out of the worker figures with
             their descendants: e.g. the other local ranks Lightning's DDP launcher starts from rank 0.
+        memory: reads process RSS and GPU memory at each sample of a training step (at most one per step),
+            for the memory series of the summary; None for none.
     """
 
     def __init__(
@@ -146,6 +113,7 @@ class UtilSampler:
         pid: int | None = None,
         exclude_pids: list[int] | None = None,
         cpu_interval_s: float | None = None,
+        memory: MemoryRecorder | None = None,
     ) -> None:
         if not (finite(interval_s) is not None and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
@@ -171,6 +139,7 @@ class UtilSampler:
         self._psutil = psutil_module
         self._pid = pid
         self._exclude_pids = list(exclude_pids or [])
+        self.memory = memory
         self.gpu_unavailable_reason: str | None = None
         self.nvml_uuids: list[
             str
@@ -190,9 +159,9 @@ class UtilSampler:
         self._reset()
 
     def _reset(self) -> None:
-        self._window = _Stats()
-        self._run = _Stats()
-        self._device_stats: list[_Stats] = []  # one per GPU in use, in cuda_devices order
+        self._window = Stats()
+        self._run = Stats()
+        self._device_stats: list[Stats] = []  # one per GPU in use, in cuda_devices order
         self._gpu_names: list[str] = []
         self._compute_capability: list[int] | None = None
         self._max_sm_clock: list[float | None] = []
@@ -234,14 +203,17 @@ class UtilSampler:
             cpu, workers = self._read_cpu(force=True)
             if cpu:
                 self._add(cpu, workers=workers)
+        if self.memory is not None:
+            self.memory.finish()
         self._close()
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self, stop_event: threading.Event) -> None:
-        # without a GPU to sample, the thread only wakes for the (rarer) CPU reads
-        wait_s = self.interval_s if self._gpu is not None else max(self.interval_s, self.cpu_interval_s)
+        # without a GPU or memory series to sample, the thread only wakes for the (rarer) CPU reads
+        every_sample = self._gpu is not None or self.memory is not None
+        wait_s = self.interval_s if every_sample else max(self.interval_s, self.cpu_interval_s)
         while not stop_event.wait(wait_s):
             try:
                 self.sample_once()
@@ -264,7 +236,7 @@ class UtilSampler:
                 self.nvml_uuids, self._gpu_names = self._gpu.uuids, self._gpu.names
                 self._compute_capability = self._gpu.compute_capability
                 self._max_sm_clock = self._gpu.max_sm_clock_mhz
-                self._device_stats = [_Stats() for _ in self.cuda_devices]
+                self._device_stats = [Stats() for _ in self.cuda_devices]
             except Exception as err:  # GpuUnavailable, or anything unexpected from the NVML module
                 self.gpu_unavailable_reason = (
                     str(err) if isinstance(err, GpuUnavailable) else f"NVML error: {err}"
@@ -311,6 +283,8 @@ class UtilSampler:
         cpu, workers = self._read_cpu(force=False)
         sample.update(cpu)
         self._add(sample, rows, workers)
+        if self.memory is not None:
+            self.memory.read()
 
     def _read_cpu(self, force: bool) -> tuple[dict[str, float], int | None]:
         """The CPU figures since the last read, when due (or ``force``); ({}, None) otherwise."""
@@ -353,7 +327,7 @@ class UtilSampler:
             if cpu:
                 self._add(cpu, workers=workers)
         with self._lock:
-            window, self._window = self._window, _Stats()
+            window, self._window = self._window, Stats()
         return window.means()
 
     def summary(self) -> UtilizationSummary:
@@ -366,7 +340,7 @@ class UtilSampler:
         if any(key in run for key in GPU_KEYS):
             name = ", ".join(dict.fromkeys(self._gpu_names))
             # peak memory: of the fullest GPU, the one that runs out first
-            gpu = _gpu_figures(run, max(peaks, default=None), name, self._compute_capability)
+            gpu = gpu_figures(run, max(peaks, default=None), name, self._compute_capability)
         cpu = CpuUtilization(
             process_cpu_pct=run.get(CPU_UTIL),
             workers_cpu_pct=run.get(WORKERS_CPU),
@@ -388,7 +362,7 @@ class UtilSampler:
         with self._lock:
             stats = [(s.means(), s.peaks.get(GPU_MEM_USED)) for s in self._device_stats]
         return [
-            _gpu_figures(means, peak, name, self._compute_capability)
+            gpu_figures(means, peak, name, self._compute_capability)
             for (means, peak), name in zip(stats, self._gpu_names, strict=False)
             if means
         ]
@@ -398,16 +372,4 @@ class UtilSampler:
         share (%) of training samples in which it held some GPU's clocks down; (None, None, {}) without them."""
         with self._lock:
             per_device = [s.means() for s in self._device_stats]
-        clocks = [
-            (means[GPU_SM_CLOCK], top)
-            for means, top in zip(per_device, self._max_sm_clock, strict=False)
-            if GPU_SM_CLOCK in means
-        ]
-        clock, top = min(clocks, key=lambda pair: pair[0], default=(None, None))
-        slowdown: dict[str, float] = {}
-        for means in per_device:
-            for key, share in means.items():
-                if key.startswith(SLOWDOWN_KEY):
-                    reason = key[len(SLOWDOWN_KEY) :]
-                    slowdown[reason] = max(slowdown.get(reason, 0.0), 100.0 * share)
-        return clock, top, slowdown
+        return clock_figures(per_device, self._max_sm_clock)

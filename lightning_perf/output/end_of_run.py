@@ -78,6 +78,8 @@ def build_summary(
     if sampler is not None:
         summary.utilization = sampler.summary()
         summary.machine = with_gpu_clocks(summary.machine, sampler)
+        if sampler.memory is not None:
+            summary.memory = sampler.memory.series(sampler.interval_s)
     trace_findings.read_cycles(trainer, session.cuda_traces, summary)
     return summary
 
