@@ -37,6 +37,15 @@ MAX_VALUE_CHARS = 64 << 20
 # (a cut escape sequence like \uXXXX or literal like Infinity is shorter than this).
 _INCOMPLETE_TAIL_CHARS = 16
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+# The end of one event of traceEvents, its comma and the start of the next. The events up to the last one in the
+# buffer are decoded with one call of the C decoder (about twice as fast as one call per event). A match inside a
+# string or a nested value leaves brackets or a string open, so that text fails to decode and is read one value
+# at a time instead: a batch that decodes is exactly the events the file holds.
+_EVENT_BOUNDARY = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
+# Where to look for that boundary: the buffer's tail (events are at most a few KiB; a longer one is read alone).
+_BOUNDARY_SEARCH_CHARS = 1 << 16
+# Cuts tried before reading one value at a time until the next chunk: a cut that fails costs a decode of the batch.
+_BATCH_TRIES = 3
 # The rewrite runs between training steps, so speed beats size: on a real torch trace (2 cores), level 1
 # rewrote at 88 MB/s, level 6 at 69 and level 9 (gzip's default, what torch writes) at 38, for files 1.5x,
 # 1.12x and 1.0x the size of torch's.
@@ -83,7 +92,13 @@ class _Scanner:
         self._pos = 0
         self._consumed = 0  # characters dropped from the front of the buffer, for error positions
         self._eof = False
-        self._decode = json.JSONDecoder(strict=False).raw_decode  # like the plugin: control chars allowed
+        decoder = json.JSONDecoder(strict=False)  # like the plugin: control chars allowed
+        self._decode = decoder.raw_decode
+        self._decode_whole = decoder.decode
+        # read events in batches (the rewrite reads them one by one, for their exact source text)
+        self.batching = False
+        # no cut of this buffer decoded: one value at a time until the next fill
+        self._batch_failed = False
 
     def error(self, what: str, pos: int | None = None) -> TraceError:
         where = self._consumed + (self._pos if pos is None else pos)
@@ -106,6 +121,7 @@ class _Scanner:
         self._consumed += self._pos
         self._buf = self._buf[self._pos :] + chunk
         self._pos = 0
+        self._batch_failed = False
         return True
 
     def peek(self) -> str:
@@ -161,13 +177,44 @@ class _Scanner:
             self._pos = end
             return obj, self._buf[start:end]
 
+    def events_batch(self) -> list[dict[str, Any]] | None:
+        """The events from here (the start of one) up to the last event boundary in the buffer, decoded in
+        one call; None when there is no boundary or no cut decodes as a list of objects (see _EVENT_BOUNDARY):
+        the caller then reads one value, which says what is wrong, if anything."""
+        if not self.batching or self._batch_failed:
+            return None
+        buf, start = self._buf, self._pos
+        cuts = [
+            m.start() + 1
+            for m in _EVENT_BOUNDARY.finditer(buf, max(start, len(buf) - _BOUNDARY_SEARCH_CHARS))
+        ]
+        for _ in range(_BATCH_TRIES):
+            if not cuts:
+                break
+            end = cuts.pop()
+            try:
+                events = self._decode_whole("[" + buf[start:end] + "]")
+            except json.JSONDecodeError as err:
+                # a cut inside a string: the error points at the string's start, the event's start is before it
+                cuts = [cut for cut in cuts if cut < start + err.pos - 1]
+                continue
+            except (ValueError, RecursionError):
+                break
+            if all(type(event) is dict for event in events):
+                self._pos = end
+                return events
+            break
+        self._batch_failed = True
+        return None
+
 
 _META, _EVENTS_START, _EVENT, _EVENTS_END = range(4)
 
 
 def _items(scanner: _Scanner) -> Iterator[tuple]:
     """Tagged items of a trace file in file order: (_META, key, value, raw), (_EVENTS_START,),
-    (_EVENT, event, raw) for every element of traceEvents, (_EVENTS_END,)."""
+    (_EVENT, events, raws) for the elements of traceEvents (one event and its source text, or when
+    ``scanner.batching`` a batch of events and None), (_EVENTS_END,)."""
     first = scanner.peek()
     if not first:
         raise scanner.error("empty file, not a Chrome trace")
@@ -213,11 +260,16 @@ def _event_items(scanner: _Scanner) -> Iterator[tuple]:
     else:
         index = 0
         while True:
-            event, raw = scanner.value()
-            if not isinstance(event, dict):
-                raise scanner.error(f"traceEvents[{index}] is not a JSON object")
-            yield _EVENT, event, raw
-            index += 1
+            events = scanner.events_batch()
+            if events is None:
+                event, raw = scanner.value()
+                if not isinstance(event, dict):
+                    raise scanner.error(f"traceEvents[{index}] is not a JSON object")
+                yield _EVENT, [event], [raw]
+                index += 1
+            else:
+                yield _EVENT, events, None
+                index += len(events)
             separator = scanner.peek()
             if separator not in ("]", ","):
                 raise scanner.unexpected("expected ',' or ']' in traceEvents")
@@ -249,7 +301,8 @@ class TraceReader:
         self._events_read = False
         self._stream = _open_text(self.path)
         try:
-            self._items = _items(_Scanner(self._stream, self.path))
+            self._scanner = _Scanner(self._stream, self.path)
+            self._items = _items(self._scanner)
             for item in self._items:
                 if item[0] == _EVENTS_START:
                     break
@@ -265,18 +318,37 @@ class TraceReader:
         self._raw_metadata.append((key, raw))
 
     def events(self) -> Iterator[dict[str, Any]]:
-        """The events of traceEvents in file order, one at a time. Can be iterated once."""
-        for event, _ in self._raw_events():
-            yield event
+        """The events of traceEvents in file order, one at a time. Can be iterated once (this or
+        :meth:`event_batches`)."""
+        for batch in self.event_batches():
+            yield from batch
 
-    def _raw_events(self) -> Iterator[tuple[dict[str, Any], str]]:
-        if self._events_read:
-            raise RuntimeError(f"{self.path}: the events of a TraceReader can be iterated only once")
-        self._events_read = True
+    def event_batches(self) -> Iterator[list[dict[str, Any]]]:
+        """The events of traceEvents in file order, in lists of up to a read chunk's worth: the fastest way
+        through a trace (no generator step per event)."""
+        self._start_events()
+        self._scanner.batching = True
         for item in self._items:
             if item[0] != _EVENT:
                 break  # _EVENTS_END
-            yield item[1], item[2]
+            yield item[1]
+        self._read_tail()
+
+    def _raw_events(self) -> Iterator[tuple[dict[str, Any], str]]:
+        """The events one by one with their exact source text (for the rewrite)."""
+        self._start_events()
+        for item in self._items:
+            if item[0] != _EVENT:
+                break  # _EVENTS_END
+            yield item[1][0], item[2][0]
+        self._read_tail()
+
+    def _start_events(self) -> None:
+        if self._events_read:
+            raise RuntimeError(f"{self.path}: the events of a TraceReader can be iterated only once")
+        self._events_read = True
+
+    def _read_tail(self) -> None:
         for item in self._items:  # the fields after traceEvents; also checks the file's end
             self._add_metadata(item)
 
