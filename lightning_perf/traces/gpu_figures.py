@@ -53,6 +53,7 @@ from lightning_perf.traces.spans import (
     ParsedTrace,
     Span,
     StepSpan,
+    gc_paused,
     step_spans,
 )
 
@@ -93,6 +94,7 @@ def is_tensor_core_eligible(operator: str | None) -> bool:
     return operator is not None and TENSOR_CORE_ELIGIBLE.search(operator) is not None
 
 
+@gc_paused()
 def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> TraceFigures:
     """All figures of one trace (see :class:`TraceFigures`); a CPU-only trace fills the host ones only.
     ``breakdown``: the trace's :func:`step_breakdown` when the caller has it already."""

@@ -20,23 +20,35 @@ Ranges = list[tuple[float, float]]
 def merge_ranges(ranges: Iterable[tuple[float, float]]) -> Ranges:
     """Sorted, disjoint union of intervals (touching ones joined)."""
     merged: Ranges = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
+    append = merged.append  # these loops run over every GPU activity of a trace: locals, no builtin calls
+    ordered = sorted(ranges)
+    if not ordered:
+        return merged
+    low, high = ordered[0]
+    for start, end in ordered:
+        if start <= high:
+            if end > high:
+                high = end
         else:
-            merged.append((start, end))
+            append((low, high))
+            low, high = start, end
+    append((low, high))
     return merged
 
 
 def intersect_ranges(a: Ranges, b: Ranges) -> Ranges:
     out: Ranges = []
+    append = out.append
     i = j = 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+    len_a, len_b = len(a), len(b)
+    while i < len_a and j < len_b:
+        a_start, a_end = a[i]
+        b_start, b_end = b[j]
+        start = a_start if a_start >= b_start else b_start  # max() and min(), inline
+        end = a_end if a_end <= b_end else b_end
         if start < end:
-            out.append((start, end))
-        if a[i][1] < b[j][1]:
+            append((start, end))
+        if a_end < b_end:
             i += 1
         else:
             j += 1
@@ -45,18 +57,24 @@ def intersect_ranges(a: Ranges, b: Ranges) -> Ranges:
 
 def subtract_ranges(a: Ranges, b: Ranges) -> Ranges:
     out: Ranges = []
+    append = out.append
     j = 0
+    len_b = len(b)
     for start, end in a:
-        while j < len(b) and b[j][1] <= start:
+        while j < len_b and b[j][1] <= start:
             j += 1
         k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > start:
-                out.append((start, b[k][0]))
-            start = max(start, b[k][1])
+        while k < len_b:
+            b_start, b_end = b[k]
+            if b_start >= end:
+                break
+            if b_start > start:
+                append((start, b_start))
+            if b_end > start:
+                start = b_end
             k += 1
         if start < end:
-            out.append((start, end))
+            append((start, end))
     return out
 
 
@@ -68,7 +86,13 @@ def clipped_length(ranges: Ranges, starts: list[float], start: float, end: float
     """Length of sorted disjoint ``ranges`` (whose starts are ``starts``) inside [start, end]."""
     i = max(bisect.bisect_right(starts, start) - 1, 0)
     total = 0.0
-    while i < len(ranges) and ranges[i][0] < end:
-        total += max(0.0, min(end, ranges[i][1]) - max(start, ranges[i][0]))
+    count = len(ranges)
+    while i < count:
+        low, high = ranges[i]
+        if low >= end:
+            break
+        part = (end if end <= high else high) - (start if start >= low else low)
+        if part > 0.0:
+            total += part
         i += 1
     return total
