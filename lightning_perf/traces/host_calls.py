@@ -83,14 +83,19 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
     found: dict[int, Issuer] = {}
     issuers: dict[tuple[str | None, str | None], Issuer] = {}  # one Issuer per (inner, outer) pair
     for items in by_thread.values():
+        if not any(item[2] for item in items):
+            continue  # no runtime call on this thread (a DataLoader or autograd thread without launches)
         items.sort(key=_NESTING_ORDER)
         stack: list[Span] = []
+        ends: list[float] = []  # the stack's ends
         for start, _, kind, span in items:
             limit = start + TIME_TOLERANCE_US
-            while stack and stack[-1].end <= limit:
+            while ends and ends[-1] <= limit:
+                ends.pop()
                 stack.pop()
             if kind == 0:
                 stack.append(span)
+                ends.append(span.end)
             else:
                 end = span.end
                 inside = [op for op in stack if op.end + TIME_TOLERANCE_US >= end]
@@ -144,7 +149,9 @@ def blocking_calls(
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     starts = [s.start for s in steps]
     for span in spans:
-        if span.cat not in RUNTIME_CATS or (steps and not in_host_steps(span, steps, starts)):
+        if span.cat not in RUNTIME_CATS:
+            continue
+        if steps and not in_host_steps(span, steps, starts):
             continue
         if is_blocking(span, copies.get(span.correlation)):
             issuer = issuers.get(id(span), Issuer(None, None))

@@ -288,7 +288,7 @@ def step_spans(events: Iterable[Mapping[str, Any] | Span]) -> list[StepSpan]:
     """The host-side ProfilerStep#N spans, sorted by start."""
     steps = []
     for span in as_spans(events):
-        if is_step(span):
+        if span.name.startswith(PROFILER_STEP_PREFIX) and is_step(span):
             number = step_number(span.name)
             if number is not None:
                 steps.append(StepSpan(number, span.start, span.end))
