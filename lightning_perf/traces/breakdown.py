@@ -210,8 +210,11 @@ def _align_steps_to_device(
         if i < 0 or rt.end > steps[i][2] or rt.correlation is None:
             continue  # launched outside any step, or straddling a step's end
         for index in by_correlation.get(rt.correlation, ()):
-            dev_lo[i] = min(dev_lo[i], device[index].start)
-            dev_hi[i] = max(dev_hi[i], device[index].end)
+            work = device[index]
+            if work.start < dev_lo[i]:
+                dev_lo[i] = work.start
+            if work.end > dev_hi[i]:
+                dev_hi[i] = work.end
             matched_counts[i] += 1
             matched.add(index)
     if not matched:
