@@ -57,12 +57,19 @@ print(json.dumps({"times": times, "breakdown": result}))
 
 
 def median_time(fn, repeat: int) -> float:
-    times = []
+    return median_times(fn, repeat)[0]
+
+
+def median_times(fn, repeat: int) -> tuple[float, float]:
+    """Median wall-clock and CPU seconds of ``fn``: on a shared machine the CPU time is what the work costs
+    (about the wall-clock time of an idle core), the wall-clock time what it took there."""
+    walls, cpus = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def tb_profiler_load(path: str) -> None:
@@ -106,14 +113,14 @@ def main() -> None:
         gz_mb = os.path.getsize(path) / 1e6
         with gzip.open(path) as fh:
             mb = len(fh.read()) / 1e6
-        ours = median_time(lambda folder=folder: build_report(str(folder)), args.repeat)
-        end_of_fit = median_time(lambda path=path: trace_figures(load_trace(path)), args.repeat)
+        ours, ours_cpu = median_times(lambda folder=folder: build_report(str(folder)), args.repeat)
+        end_of_fit, end_cpu = median_times(lambda path=path: trace_figures(load_trace(path)), args.repeat)
         tb = hta = None
         note = ""
         if not args.ours_only:
             tb = median_time(lambda path=path: tb_profiler_load(path), args.repeat)
             hta, note = hta_load(args.hta_python, folder, args.repeat)
-        rows.append((folder.name, gz_mb, mb, ours, end_of_fit, tb, hta, note))
+        rows.append((folder.name, gz_mb, mb, ours, end_of_fit, tb, hta, note, ours_cpu, end_cpu))
     print(
         f"median of {args.repeat} runs; per trace: seconds, then s per 100 MB and MB/s of the gzip file (gz) and"
     )
@@ -124,7 +131,7 @@ def main() -> None:
         f"{'trace':23} {'gz MB':>5} {'raw MB':>6} | {'report s':>8} {'gz s/100MB MB/s':>15} {'raw s/100MB MB/s':>16}"
         f" | {'end of fit s':>12} {'raw s/100MB':>11} | {'torch-tb-profiler':>17} {'HTA':>12}"
     )
-    for name, gz_mb, mb, ours, end_of_fit, tb, hta, note in rows:
+    for name, gz_mb, mb, ours, end_of_fit, tb, hta, note, _, _ in rows:
         tb_text = "-" if tb is None else f"{tb:.2f} {tb / ours:.1f}x"
         hta_text = "-" if hta is None else f"{hta:.2f} {hta / ours:.1f}x"
         print(
@@ -137,6 +144,15 @@ def main() -> None:
         f"{'all four':23} {total_gz:5.2f} {total_mb:6.1f} | {total:8.3f} {per_100mb(total, total_gz):>15}"
         f" {per_100mb(total, total_mb):>16} | {total_end:12.3f} {total_end * 100.0 / total_mb:11.2f}"
     )
+    print("CPU time of lightning-perf (what the work costs one core, whatever else runs on the machine):")
+    print(
+        f"{'trace':23} | {'report s':>8} {'gz s/100MB':>10} {'raw s/100MB':>11} | {'end of fit s':>12} {'raw s/100MB':>11}"
+    )
+    for name, gz_mb, mb, *_, ours_cpu, end_cpu in rows:
+        print(
+            f"{name:23} | {ours_cpu:8.3f} {ours_cpu * 100.0 / gz_mb:10.1f} {ours_cpu * 100.0 / mb:11.2f}"
+            f" | {end_cpu:12.3f} {end_cpu * 100.0 / mb:11.2f}"
+        )
 
 
 if __name__ == "__main__":

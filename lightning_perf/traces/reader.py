@@ -3,9 +3,9 @@
 The parsing half of the trace code; the analyses that read parsed data live in
 :mod:`lightning_perf.traces.analysis` (HolisticTraceAnalysis style: parsing kept apart from analyses):
 
-- parsing: :class:`TraceReader` streams the events of ``traceEvents`` one by one (plain or gzip) and gives the
-  top-level metadata, never holding the decompressed file or the whole event list (:func:`iter_events`,
-  :func:`read_metadata`);
+- parsing: :class:`TraceReader` streams the events of ``traceEvents`` (plain or gzip), a read chunk's worth
+  decoded at a time, and gives the top-level metadata, never holding the decompressed file or the whole event
+  list (:func:`iter_events`, :func:`read_metadata`);
 - rewriting: :func:`rewrite_trace` makes torch-tb-profiler 0.4.3 count DataLoader time and adds the
   ``distributedInfo`` rank that HolisticTraceAnalysis requires; :func:`is_dataloader_span` is the plugin's
   DataLoader rule it relies on.
