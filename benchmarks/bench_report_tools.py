@@ -2,16 +2,21 @@
 
 On every folder of shared/realtraces (see its README), in one run, the median of ``--repeat`` timings of:
 
-- lightning-perf: ``build_report`` on the folder (streaming read, Overview breakdown, GPU timeline, blocking
-  calls, copies, tensor cores, memory, findings, operator tables): everything ``lightning-perf report`` prints;
+- lightning-perf ``report``: ``build_report`` on the folder (streaming read, Overview breakdown, GPU timeline,
+  blocking calls, copies, tensor cores, memory, findings, operator tables): everything ``lightning-perf report``
+  prints;
+- lightning-perf end of fit: ``trace_figures(load_trace(path))``, what the callback runs on each of its own
+  recorded cycles after the last step (``output/trace_findings.read_cycles``);
 - torch-tb-profiler 0.4.3: ``RunProfileData.parse`` + ``process`` + ``analyze`` on the trace, what its
   TensorBoard plugin runs to load a run before it can draw anything (as tests/helpers.py ``plugin_profile``);
 - HolisticTraceAnalysis: ``TraceAnalysis(trace_dir=...)`` (parse) + ``get_temporal_breakdown``, run in the
   separate virtual environment given by ``--hta-python`` (HTA pins its own pandas/numpy); skipped with a note
   when that interpreter is missing or HTA cannot load the folder.
 
-It prints seconds per trace, seconds per 100 MB of uncompressed trace and the ratios to lightning-perf.
+It prints, per trace, lightning-perf's seconds, seconds per 100 MB and MB/s of both the gzip file and the
+uncompressed JSON, and the other tools' seconds with their ratio to ``report``.
 Usage: python benchmarks/bench_report_tools.py [--repeat 3] [--hta-python /work/venv-hta/bin/python]
+       [--ours-only]
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from lightning_perf.traces.gpu_figures import trace_figures  # noqa: E402
 from lightning_perf.traces.report import build_report, find_traces  # noqa: E402
+from lightning_perf.traces.spans import load_trace  # noqa: E402
 
 REALTRACES = REPO.parent / "shared" / "realtraces"
 # Run by the HTA interpreter: time the parse and the temporal breakdown of one folder, print JSON.
@@ -50,12 +57,19 @@ print(json.dumps({"times": times, "breakdown": result}))
 
 
 def median_time(fn, repeat: int) -> float:
-    times = []
+    return median_times(fn, repeat)[0]
+
+
+def median_times(fn, repeat: int) -> tuple[float, float]:
+    """Median wall-clock and CPU seconds of ``fn``: on a shared machine the CPU time is what the work costs
+    (about the wall-clock time of an idle core), the wall-clock time what it took there."""
+    walls, cpus = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def tb_profiler_load(path: str) -> None:
@@ -82,28 +96,62 @@ def hta_load(python: str, folder: Path, repeat: int) -> tuple[float | None, str]
     return statistics.median(data["times"]), f"HTA idle/compute/non-compute {idle}/{compute}/{non_compute}%"
 
 
+def per_100mb(seconds: float, mb: float) -> str:
+    """'s per 100 MB, MB/s' of a time over a size."""
+    return f"{seconds * 100.0 / mb:6.2f} {mb / seconds:6.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hta-python", default="/work/venv-hta/bin/python")
+    parser.add_argument("--ours-only", action="store_true", help="time lightning-perf alone (no other tools)")
     args = parser.parse_args()
     rows = []
     for folder in sorted(p for p in REALTRACES.iterdir() if p.is_dir()):
         (path,) = find_traces(str(folder))
+        gz_mb = os.path.getsize(path) / 1e6
         with gzip.open(path) as fh:
             mb = len(fh.read()) / 1e6
-        ours = median_time(lambda folder=folder: build_report(str(folder)), args.repeat)
-        tb = median_time(lambda path=path: tb_profiler_load(path), args.repeat)
-        hta, note = hta_load(args.hta_python, folder, args.repeat)
-        rows.append((folder.name, mb, ours, tb, hta, note))
-    print(f"median of {args.repeat} runs, seconds (s per 100 MB of uncompressed trace)")
-    print(f"{'trace':26} {'MB':>5}  {'lightning-perf':>16}  {'torch-tb-profiler':>22}  {'HTA':>22}")
-    for name, mb, ours, tb, hta, note in rows:
-        per = 100.0 / mb
-        hta_text = "-" if hta is None else f"{hta:.2f} ({hta * per:.1f}) {hta / ours:.1f}x"
+        ours, ours_cpu = median_times(lambda folder=folder: build_report(str(folder)), args.repeat)
+        end_of_fit, end_cpu = median_times(lambda path=path: trace_figures(load_trace(path)), args.repeat)
+        tb = hta = None
+        note = ""
+        if not args.ours_only:
+            tb = median_time(lambda path=path: tb_profiler_load(path), args.repeat)
+            hta, note = hta_load(args.hta_python, folder, args.repeat)
+        rows.append((folder.name, gz_mb, mb, ours, end_of_fit, tb, hta, note, ours_cpu, end_cpu))
+    print(
+        f"median of {args.repeat} runs; per trace: seconds, then s per 100 MB and MB/s of the gzip file (gz) and"
+    )
+    print(
+        "of the uncompressed JSON (raw); the other tools' seconds and their time over lightning-perf report's"
+    )
+    print(
+        f"{'trace':23} {'gz MB':>5} {'raw MB':>6} | {'report s':>8} {'gz s/100MB MB/s':>15} {'raw s/100MB MB/s':>16}"
+        f" | {'end of fit s':>12} {'raw s/100MB':>11} | {'torch-tb-profiler':>17} {'HTA':>12}"
+    )
+    for name, gz_mb, mb, ours, end_of_fit, tb, hta, note, _, _ in rows:
+        tb_text = "-" if tb is None else f"{tb:.2f} {tb / ours:.1f}x"
+        hta_text = "-" if hta is None else f"{hta:.2f} {hta / ours:.1f}x"
         print(
-            f"{name:26} {mb:5.1f}  {ours:6.2f} ({ours * per:5.1f})  {tb:6.2f} ({tb * per:5.1f}) {tb / ours:4.1f}x"
-            f"  {hta_text:>22}  {note}"
+            f"{name:23} {gz_mb:5.2f} {mb:6.1f} | {ours:8.3f} {per_100mb(ours, gz_mb):>15} {per_100mb(ours, mb):>16}"
+            f" | {end_of_fit:12.3f} {end_of_fit * 100.0 / mb:11.2f} | {tb_text:>17} {hta_text:>12}  {note}"
+        )
+    total_gz, total_mb = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    total, total_end = sum(r[3] for r in rows), sum(r[4] for r in rows)
+    print(
+        f"{'all four':23} {total_gz:5.2f} {total_mb:6.1f} | {total:8.3f} {per_100mb(total, total_gz):>15}"
+        f" {per_100mb(total, total_mb):>16} | {total_end:12.3f} {total_end * 100.0 / total_mb:11.2f}"
+    )
+    print("CPU time of lightning-perf (what the work costs one core, whatever else runs on the machine):")
+    print(
+        f"{'trace':23} | {'report s':>8} {'gz s/100MB':>10} {'raw s/100MB':>11} | {'end of fit s':>12} {'raw s/100MB':>11}"
+    )
+    for name, gz_mb, mb, *_, ours_cpu, end_cpu in rows:
+        print(
+            f"{name:23} | {ours_cpu:8.3f} {ours_cpu * 100.0 / gz_mb:10.1f} {ours_cpu * 100.0 / mb:11.2f}"
+            f" | {end_cpu:12.3f} {end_cpu * 100.0 / mb:11.2f}"
         )
 
 

@@ -16,6 +16,7 @@ Standard library only; imports nothing from torch or Lightning. Times are in mic
 from __future__ import annotations
 
 import math
+import operator
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -82,15 +83,17 @@ def kernel_busy_pct(
     "GPU Utilization". Kernel intervals are merged (overlaps count once) and clipped to the window, which
     defaults to the first ProfilerStep# start .. the last ProfilerStep# end (the span of all complete events
     when there is no step). None when there are no kernel events."""
-    kernels: Ranges = []
-    step_lo = lo = math.inf
-    step_hi = hi = -math.inf
-    for span in as_spans(events):
-        if span.cat in KERNEL_CATS:
-            kernels.append((span.start, span.end))
-        elif is_step(span):
-            step_lo, step_hi = min(step_lo, span.start), max(step_hi, span.end)
-        lo, hi = min(lo, span.start), max(hi, span.end)
+    spans = as_spans(events)
+    kernels: Ranges = [(s.start, s.end) for s in spans if s.cat in KERNEL_CATS]
+    steps = [
+        s
+        for s in spans
+        if s.name.startswith(PROFILER_STEP_PREFIX) and s.cat not in KERNEL_CATS and is_step(s)
+    ]
+    step_lo = min((s.start for s in steps), default=math.inf)
+    step_hi = max((s.end for s in steps), default=-math.inf)
+    lo = min(map(_START, spans), default=math.inf)
+    hi = max(map(_END, spans), default=-math.inf)
     if not kernels:
         return None
     if window is None:
@@ -102,6 +105,14 @@ def kernel_busy_pct(
         raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
     busy = ranges_length(intersect_ranges(merge_ranges(kernels), [(start, end)]))
     return 100.0 * busy / (end - start)
+
+
+_START, _END = operator.attrgetter("start"), operator.attrgetter("end")
+
+
+def _outer_first(span: Span) -> tuple[float, float]:
+    """Sort key: by start, the longer (enclosing) span first."""
+    return (span.start, -span.end)
 
 
 @dataclass
@@ -118,33 +129,40 @@ def cpu_operator_stats(events: Iterable[Mapping[str, Any] | Span]) -> list[Opera
     by_thread: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
     for span in as_spans(events):
         if span.cat in OPERATOR_CATS or span.cat == USER_ANNOTATION_CAT:
-            by_thread[(span.pid, span.tid)].append(span)
-    stats: dict[str, OperatorStat] = {}
-
-    def record(name: str, self_us: float, total_us: float) -> None:
-        if name.startswith(PROFILER_STEP_PREFIX):
-            return
-        stat = stats.get(name)
-        if stat is None:
-            stat = stats[name] = OperatorStat(name, 0, 0.0, 0.0)
-        stat.calls += 1
-        stat.self_us += max(self_us, 0.0)
-        stat.total_us += total_us
-
+            by_thread[span[4:6]].append(span)
+    # name -> [calls, self time, total time], in the order the names are first recorded
+    totals: dict[str, list[Any]] = {}
+    skipped = {name for spans in by_thread.values() for name in {s.name for s in spans}}
+    skipped = {name for name in skipped if name.startswith(PROFILER_STEP_PREFIX)}
     for spans in by_thread.values():
-        spans.sort(key=lambda s: (s.start, -s.end))
+        spans.sort(key=_outer_first)
+        finished: list[tuple[Span, float]] = []  # (span, self time) as each span ends
         stack: list[list[Any]] = []  # [end, self time, span]
         for span in spans:
-            while stack and stack[-1][0] <= span.start + TIME_TOLERANCE_US:
+            start, end = span.start, span.end
+            limit = start + TIME_TOLERANCE_US
+            while stack and stack[-1][0] <= limit:
                 _, self_us, done = stack.pop()
-                record(done.name, self_us, done.end - done.start)
-            duration = span.end - span.start
-            if stack and span.end <= stack[-1][0] + TIME_TOLERANCE_US:
+                finished.append((done, self_us))
+            duration = end - start
+            if stack and end <= stack[-1][0] + TIME_TOLERANCE_US:
                 stack[-1][1] -= duration  # a direct child
-            stack.append([span.end, duration, span])
-        for _, self_us, done in stack:
-            record(done.name, self_us, done.end - done.start)
-    return sorted(stats.values(), key=lambda s: s.self_us, reverse=True)
+            stack.append([end, duration, span])
+        finished.extend((done, self_us) for _, self_us, done in stack)
+        for done, self_us in finished:
+            name = done.name
+            if name in skipped:
+                continue
+            total = totals.get(name)
+            if total is None:
+                total = totals[name] = [0, 0.0, 0.0]
+            total[0] += 1
+            total[1] += 0.0 if self_us < 0.0 else self_us  # max(self_us, 0.0)
+            total[2] += done.end - done.start
+    stats = [
+        OperatorStat(name, calls, self_us, total_us) for name, (calls, self_us, total_us) in totals.items()
+    ]
+    return sorted(stats, key=lambda s: s.self_us, reverse=True)
 
 
 def kernel_stats(events: Iterable[Mapping[str, Any] | Span]) -> list[OperatorStat]:

@@ -53,6 +53,35 @@ _PRIORITY = ("kernel", "memcpy", "memset", "communication", "runtime", "dataload
 _TAIL_STEP_KERNEL_RATIO = 0.8
 
 
+# What a span is to the breakdown, times two: the odd codes are spans that also mark the host's extent
+# (operators and steps), for a trace without ProfilerStep#.
+_KERNEL, _MEMCPY, _MEMSET, _RUNTIME, _DATALOADER, _STEP, _COMM_OP, _CPU_EXEC, _NOTHING = range(0, 18, 2)
+_KIND_COUNT = 18
+
+
+def _kind_of(span: Span) -> int:
+    cat, name = span.cat, span.name
+    if cat in KERNEL_CATS:
+        kind = _KERNEL
+    elif cat in MEMCPY_CATS:
+        kind = _MEMCPY
+    elif cat in MEMSET_CATS:
+        kind = _MEMSET
+    elif cat in RUNTIME_CATS:
+        kind = _RUNTIME
+    elif is_dataloader_span(name) and not cat.startswith("gpu_"):
+        kind = _DATALOADER
+    elif is_step(span):
+        kind = _STEP
+    elif name in COMMUNICATION_OP_NAMES and (cat in OPERATOR_CATS or cat == USER_ANNOTATION_CAT):
+        kind = _COMM_OP
+    elif cat in OPERATOR_CATS:
+        kind = _CPU_EXEC
+    else:
+        kind = _NOTHING
+    return kind + (cat in OPERATOR_CATS or is_step(span))
+
+
 @dataclass
 class StepBreakdown:
     """One step's time per category (microseconds); the categories sum to the step's duration."""
@@ -98,41 +127,47 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
     Other user_annotation spans (record_function ranges) are not CPU Exec, as in the plugin: only the
     operators inside them are.
     """
-    roles: dict[str, Ranges] = {role: [] for role in _PRIORITY}
-    kernels: list[Span] = []
-    device: list[Span] = []
-    runtimes: list[Span] = []
-    comm_ids: set[Any] = set()
-    steps: list[tuple[int | None, float, float]] = []
-    cpu_lo, cpu_hi = math.inf, -math.inf
+    # the spans grouped by what they are, which depends on (category, name) only: a few hundred pairs decided
+    # once each, then one dictionary look-up per span
+    kinds: dict[tuple[str, str], int] = {}
+    groups: list[list[Span]] = [[] for _ in range(_KIND_COUNT)]
     for span in as_spans(events):
-        cat, interval = span.cat, (span.start, span.end)
-        if cat in KERNEL_CATS:
-            kernels.append(span)
-            device.append(span)
-        elif cat in MEMCPY_CATS:
-            roles["memcpy"].append(interval)
-            device.append(span)
-        elif cat in MEMSET_CATS:
-            roles["memset"].append(interval)
-            device.append(span)
-        elif cat in RUNTIME_CATS:
-            roles["runtime"].append(interval)
-            runtimes.append(span)
-        elif is_dataloader_span(span.name) and not cat.startswith("gpu_"):
-            roles["dataloader"].append(interval)
-        elif is_step(span):
-            steps.append((step_number(span.name), span.start, span.end))
-        elif span.name in COMMUNICATION_OP_NAMES and (cat in OPERATOR_CATS or cat == USER_ANNOTATION_CAT):
-            roles["communication"].append(interval)
-            if span.external_id is not None:
-                comm_ids.add(span.external_id)
-        elif cat in OPERATOR_CATS:
-            roles["cpu_exec"].append(interval)
-        if cat in OPERATOR_CATS or is_step(span):
-            cpu_lo, cpu_hi = min(cpu_lo, span.start), max(cpu_hi, span.end)
+        key = (span[1], span[0])
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = _kind_of(span)
+        groups[kind].append(span)
+
+    def group(what: int) -> list[Span]:
+        return groups[what] + groups[what + 1]  # without and with the host-extent flag
+
+    kernels, runtimes = group(_KERNEL), group(_RUNTIME)
+    device = kernels + group(_MEMCPY) + group(_MEMSET)
+    roles: dict[str, Ranges] = {
+        role: [(s.start, s.end) for s in group(what)]
+        for role, what in (
+            ("memcpy", _MEMCPY),
+            ("memset", _MEMSET),
+            ("runtime", _RUNTIME),
+            ("dataloader", _DATALOADER),
+            ("communication", _COMM_OP),
+            ("cpu_exec", _CPU_EXEC),
+        )
+    }
+    comm_ids = {s.external_id for s in group(_COMM_OP) if s.external_id is not None}
+    steps: list[tuple[int | None, float, float]] = [
+        (step_number(s.name), s.start, s.end) for s in group(_STEP)
+    ]
+    host = [s for what in range(1, _KIND_COUNT, 2) for s in groups[what]]  # operators and steps
+    cpu_lo = min((s.start for s in host), default=math.inf)
+    cpu_hi = max((s.end for s in host), default=-math.inf)
+    nccl_names: dict[str, bool] = {}
+    roles["kernel"] = []
     for k in kernels:
-        comm = (k.external_id is not None and k.external_id in comm_ids) or k.name.lower().startswith("nccl")
+        nccl = nccl_names.get(k.name)
+        if nccl is None:
+            nccl = nccl_names[k.name] = k.name.lower().startswith("nccl")
+        comm = (k.external_id is not None and k.external_id in comm_ids) or nccl
         roles["communication" if comm else "kernel"].append((k.start, k.end))
 
     steps.sort(key=lambda s: s[1])
@@ -175,8 +210,11 @@ def _align_steps_to_device(
         if i < 0 or rt.end > steps[i][2] or rt.correlation is None:
             continue  # launched outside any step, or straddling a step's end
         for index in by_correlation.get(rt.correlation, ()):
-            dev_lo[i] = min(dev_lo[i], device[index].start)
-            dev_hi[i] = max(dev_hi[i], device[index].end)
+            work = device[index]
+            if work.start < dev_lo[i]:
+                dev_lo[i] = work.start
+            if work.end > dev_hi[i]:
+                dev_hi[i] = work.end
             matched_counts[i] += 1
             matched.add(index)
     if not matched:

@@ -53,6 +53,7 @@ from lightning_perf.traces.spans import (
     ParsedTrace,
     Span,
     StepSpan,
+    gc_paused,
     step_spans,
 )
 
@@ -93,6 +94,7 @@ def is_tensor_core_eligible(operator: str | None) -> bool:
     return operator is not None and TENSOR_CORE_ELIGIBLE.search(operator) is not None
 
 
+@gc_paused()
 def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> TraceFigures:
     """All figures of one trace (see :class:`TraceFigures`); a CPU-only trace fills the host ones only.
     ``breakdown``: the trace's :func:`step_breakdown` when the caller has it already."""
@@ -198,15 +200,19 @@ def _host_during_idle(spans: Sequence[Span], idle: Ranges, issuers: dict[int, An
         return {}
     copies = copy_names_by_correlation(spans)
     kinds: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    host_kind: dict[tuple[str, str], str | None] = {}  # (category, name) -> kind: decided once per pair
     for s in spans:
         if s.cat in RUNTIME_CATS:
             kinds["blocking call" if is_blocking(s, copies.get(s.correlation)) else "runtime call"].append(
                 (s.start, s.end)
             )
-        elif is_dataloader_span(s.name) and not s.cat.startswith("gpu_"):
-            kinds["DataLoader"].append((s.start, s.end))
-        elif s.cat in OPERATOR_CATS and not s.name.startswith("ProfilerStep#"):
-            kinds["CPU operators"].append((s.start, s.end))
+            continue
+        key = (s[1], s[0])
+        if key not in host_kind:
+            host_kind[key] = _host_kind(s)
+        kind = host_kind[key]
+        if kind is not None:
+            kinds[kind].append((s.start, s.end))
     shares: dict[str, float] = {}
     rest = idle
     for kind in ("blocking call", "DataLoader", "runtime call", "CPU operators"):
@@ -215,6 +221,14 @@ def _host_during_idle(spans: Sequence[Span], idle: Ranges, issuers: dict[int, An
         rest = subtract_ranges(rest, covered)
     shares["other"] = 100.0 * ranges_length(rest) / total
     return shares
+
+
+def _host_kind(span: Span) -> str | None:
+    if is_dataloader_span(span.name) and not span.cat.startswith("gpu_"):
+        return "DataLoader"
+    if span.cat in OPERATOR_CATS and not span.name.startswith("ProfilerStep#"):
+        return "CPU operators"
+    return None
 
 
 def _copies(figures: TraceFigures, spans: Sequence[Span], window: tuple[float, float], n: int) -> None:

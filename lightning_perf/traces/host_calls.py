@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -59,6 +60,10 @@ class Issuer(NamedTuple):
         return self.outer if self.inner in (None, self.outer) else f"{self.outer} > {self.inner}"
 
 
+# sort key: start, then the longer span first, then operators before the runtime calls they hold
+_NESTING_ORDER = operator.itemgetter(0, 1, 2)
+
+
 @functools.cache  # a few hundred distinct (interned) names against ~1e5 events
 def is_launch(name: str) -> bool:
     return any(marker in name for marker in LAUNCH_CALL_MARKERS)
@@ -69,24 +74,36 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
     user annotations are not operators)."""
     by_thread: dict[tuple[Any, Any], list[tuple[float, float, int, Span]]] = defaultdict(list)
     for span in spans:
-        if span.cat in OPERATOR_CATS and not span.name.startswith(
-            PROFILER_STEP_PREFIX
-        ):  # torch 1.9: an Operator
-            by_thread[(span.pid, span.tid)].append((span.start, -span.end, 0, span))
-        elif span.cat in RUNTIME_CATS:
-            by_thread[(span.pid, span.tid)].append((span.start, -span.end, 1, span))
+        cat = span.cat
+        if cat in OPERATOR_CATS:
+            if not span.name.startswith(PROFILER_STEP_PREFIX):  # torch 1.9: an Operator
+                by_thread[span[4:6]].append((span.start, -span.end, 0, span))
+        elif cat in RUNTIME_CATS:
+            by_thread[span[4:6]].append((span.start, -span.end, 1, span))
     found: dict[int, Issuer] = {}
+    issuers: dict[tuple[str | None, str | None], Issuer] = {}  # one Issuer per (inner, outer) pair
     for items in by_thread.values():
-        items.sort(key=lambda item: item[:3])
+        if not any(item[2] for item in items):
+            continue  # no runtime call on this thread (a DataLoader or autograd thread without launches)
+        items.sort(key=_NESTING_ORDER)
         stack: list[Span] = []
+        ends: list[float] = []  # the stack's ends
         for start, _, kind, span in items:
-            while stack and stack[-1].end <= start + TIME_TOLERANCE_US:
+            limit = start + TIME_TOLERANCE_US
+            while ends and ends[-1] <= limit:
+                ends.pop()
                 stack.pop()
             if kind == 0:
                 stack.append(span)
+                ends.append(span.end)
             else:
-                inside = [op for op in stack if op.end + TIME_TOLERANCE_US >= span.end]
-                found[id(span)] = Issuer(inside[-1].name, inside[0].name) if inside else Issuer(None, None)
+                end = span.end
+                inside = [op for op in stack if op.end + TIME_TOLERANCE_US >= end]
+                pair = (inside[-1].name, inside[0].name) if inside else (None, None)
+                issuer = issuers.get(pair)
+                if issuer is None:
+                    issuer = issuers[pair] = Issuer(*pair)
+                found[id(span)] = issuer
     return found
 
 
@@ -132,7 +149,9 @@ def blocking_calls(
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     starts = [s.start for s in steps]
     for span in spans:
-        if span.cat not in RUNTIME_CATS or (steps and not in_host_steps(span, steps, starts)):
+        if span.cat not in RUNTIME_CATS:
+            continue
+        if steps and not in_host_steps(span, steps, starts):
             continue
         if is_blocking(span, copies.get(span.correlation)):
             issuer = issuers.get(id(span), Issuer(None, None))

@@ -3,9 +3,9 @@
 The parsing half of the trace code; the analyses that read parsed data live in
 :mod:`lightning_perf.traces.analysis` (HolisticTraceAnalysis style: parsing kept apart from analyses):
 
-- parsing: :class:`TraceReader` streams the events of ``traceEvents`` one by one (plain or gzip) and gives the
-  top-level metadata, never holding the decompressed file or the whole event list (:func:`iter_events`,
-  :func:`read_metadata`);
+- parsing: :class:`TraceReader` streams the events of ``traceEvents`` (plain or gzip), a read chunk's worth
+  decoded at a time, and gives the top-level metadata, never holding the decompressed file or the whole event
+  list (:func:`iter_events`, :func:`read_metadata`);
 - rewriting: :func:`rewrite_trace` makes torch-tb-profiler 0.4.3 count DataLoader time and adds the
   ``distributedInfo`` rank that HolisticTraceAnalysis requires; :func:`is_dataloader_span` is the plugin's
   DataLoader rule it relies on.
@@ -18,25 +18,22 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
-import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.atomic_file import atomic_path
-from lightning_perf.errors import LightningPerfError
+from lightning_perf.traces.json_scanner import (
+    EVENT,
+    EVENTS_START,
+    JsonScanner,
+    TraceError,
+    trace_items,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Characters read at a time: the per-chunk cost vanishes, and the reader's memory stays a few MiB.
 READ_CHUNK_CHARS = 1 << 20
-# One JSON value (an event, a metadata field) longer than this is treated as corruption, not buffered:
-# torch events are at most a few KiB (long kernel names, input shapes), so 64 Mi chars is far beyond.
-MAX_VALUE_CHARS = 64 << 20
-# A decode error this close to the end of the buffer may only mean that the value continues in the next chunk
-# (a cut escape sequence like \uXXXX or literal like Infinity is shorter than this).
-_INCOMPLETE_TAIL_CHARS = 16
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
 # The rewrite runs between training steps, so speed beats size: on a real torch trace (2 cores), level 1
 # rewrote at 88 MB/s, level 6 at 69 and level 9 (gzip's default, what torch writes) at 38, for files 1.5x,
 # 1.12x and 1.0x the size of torch's.
@@ -50,10 +47,6 @@ USER_ANNOTATION_CAT = "user_annotation"
 # (trace.py EventTypeMap), which reaches its DataLoader rule.
 DATALOADER_CATEGORY = "cpu_op"
 DISTRIBUTED_INFO_KEY = "distributedInfo"
-
-
-class TraceError(LightningPerfError, ValueError):
-    """A trace file is truncated, corrupt or not a torch.profiler Chrome trace. The message names the file."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -71,160 +64,6 @@ def _open_text(path: str) -> IO[str]:
         return open(path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by TraceReader
     except OSError as err:
         raise TraceError(f"{path}: cannot open trace file: {err.strerror or err}") from err
-
-
-class _Scanner:
-    """Whole JSON values and single characters out of a text stream read in chunks."""
-
-    def __init__(self, stream: IO[str], path: str) -> None:
-        self._stream = stream
-        self.path = path
-        self._buf = ""
-        self._pos = 0
-        self._consumed = 0  # characters dropped from the front of the buffer, for error positions
-        self._eof = False
-        self._decode = json.JSONDecoder(strict=False).raw_decode  # like the plugin: control chars allowed
-
-    def error(self, what: str, pos: int | None = None) -> TraceError:
-        where = self._consumed + (self._pos if pos is None else pos)
-        return TraceError(f"{self.path}: {what} (at character {where})")
-
-    def _fill(self) -> bool:
-        if self._eof:
-            return False
-        try:
-            chunk = self._stream.read(READ_CHUNK_CHARS)
-        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-            raise TraceError(f"{self.path}: truncated or corrupt gzip data: {err}") from err
-        except OSError as err:
-            raise TraceError(f"{self.path}: cannot read the trace file: {err}") from err
-        except UnicodeDecodeError as err:
-            raise TraceError(f"{self.path}: not UTF-8 text: {err}") from err
-        if not chunk:
-            self._eof = True
-            return False
-        self._consumed += self._pos
-        self._buf = self._buf[self._pos :] + chunk
-        self._pos = 0
-        return True
-
-    def peek(self) -> str:
-        """The next non-whitespace character, not consumed; '' at the end of the file."""
-        while True:
-            self._pos = _WHITESPACE.match(self._buf, self._pos).end()  # type: ignore[union-attr]
-            if self._pos < len(self._buf):
-                return self._buf[self._pos]
-            if not self._fill():
-                return ""
-
-    def advance(self) -> None:
-        self._pos += 1
-
-    def expect(self, char: str, context: str) -> None:
-        found = self.peek()
-        if found != char:
-            raise self.unexpected(f"expected {char!r} {context}, found {found!r}")
-        self._pos += 1
-
-    def truncated(self) -> TraceError:
-        return self.error("unexpected end of file: the trace is truncated")
-
-    def unexpected(self, what: str) -> TraceError:
-        """``what`` went wrong at the current character; "truncated" when it is the end of the file."""
-        return self.truncated() if not self.peek() else self.error(what)
-
-    def value(self) -> tuple[Any, str]:
-        """The next JSON value and its exact source text."""
-        if not self.peek():
-            raise self.truncated()
-        while True:
-            start = self._pos
-            try:
-                obj, end = self._decode(self._buf, start)
-            except json.JSONDecodeError as err:
-                incomplete = err.pos >= len(self._buf) - _INCOMPLETE_TAIL_CHARS or err.msg.startswith(
-                    "Unterminated string"
-                )
-                if not incomplete:
-                    raise self.error(f"invalid JSON: {err.msg}", err.pos) from None
-                if len(self._buf) - start > MAX_VALUE_CHARS:
-                    raise self.error(f"a JSON value longer than {MAX_VALUE_CHARS} characters") from None
-                if self._fill():
-                    continue
-                raise self.truncated() from None
-            except RecursionError:
-                raise self.error("invalid JSON: nested too deeply", start) from None
-            except ValueError as err:  # an integer of thousands of digits (int_max_str_digits)
-                raise self.error(f"invalid JSON: {err}", start) from None
-            if end == len(self._buf) and self._fill():
-                continue  # a number at the end of the buffer may go on in the next chunk
-            self._pos = end
-            return obj, self._buf[start:end]
-
-
-_META, _EVENTS_START, _EVENT, _EVENTS_END = range(4)
-
-
-def _items(scanner: _Scanner) -> Iterator[tuple]:
-    """Tagged items of a trace file in file order: (_META, key, value, raw), (_EVENTS_START,),
-    (_EVENT, event, raw) for every element of traceEvents, (_EVENTS_END,)."""
-    first = scanner.peek()
-    if not first:
-        raise scanner.error("empty file, not a Chrome trace")
-    if first != "{":
-        raise scanner.error(f"not a Chrome trace: the top level is not a JSON object (starts with {first!r})")
-    scanner.advance()
-    seen_events = False
-    if scanner.peek() == "}":
-        scanner.advance()
-    else:
-        while True:
-            if scanner.peek() != '"':
-                raise scanner.unexpected("expected a quoted key")
-            key, _ = scanner.value()
-            scanner.expect(":", f"after the key {key!r}")
-            if key == "traceEvents":
-                if seen_events:
-                    raise scanner.error("two traceEvents arrays")
-                seen_events = True
-                yield from _event_items(scanner)
-            else:
-                value, raw = scanner.value()
-                yield _META, key, value, raw
-            separator = scanner.peek()
-            if separator not in ("}", ","):
-                raise scanner.unexpected("expected ',' or '}' after a value")
-            scanner.advance()
-            if separator == "}":
-                break
-    if scanner.peek():
-        raise scanner.error("unexpected data after the top-level JSON object")
-    if not seen_events:
-        raise TraceError(f"{scanner.path}: not a Chrome trace: the top-level object has no traceEvents")
-
-
-def _event_items(scanner: _Scanner) -> Iterator[tuple]:
-    if scanner.peek() != "[":
-        raise scanner.unexpected("traceEvents is not a JSON array")
-    scanner.advance()
-    yield (_EVENTS_START,)
-    if scanner.peek() == "]":
-        scanner.advance()
-    else:
-        index = 0
-        while True:
-            event, raw = scanner.value()
-            if not isinstance(event, dict):
-                raise scanner.error(f"traceEvents[{index}] is not a JSON object")
-            yield _EVENT, event, raw
-            index += 1
-            separator = scanner.peek()
-            if separator not in ("]", ","):
-                raise scanner.unexpected("expected ',' or ']' in traceEvents")
-            scanner.advance()
-            if separator == "]":
-                break
-    yield (_EVENTS_END,)
 
 
 class TraceReader:
@@ -249,9 +88,10 @@ class TraceReader:
         self._events_read = False
         self._stream = _open_text(self.path)
         try:
-            self._items = _items(_Scanner(self._stream, self.path))
+            self._scanner = JsonScanner(self._stream, self.path, READ_CHUNK_CHARS)
+            self._items = trace_items(self._scanner)
             for item in self._items:
-                if item[0] == _EVENTS_START:
+                if item[0] == EVENTS_START:
                     break
                 self._add_metadata(item)
             self._head_count = len(self._raw_metadata)
@@ -265,18 +105,37 @@ class TraceReader:
         self._raw_metadata.append((key, raw))
 
     def events(self) -> Iterator[dict[str, Any]]:
-        """The events of traceEvents in file order, one at a time. Can be iterated once."""
-        for event, _ in self._raw_events():
-            yield event
+        """The events of traceEvents in file order, one at a time. Can be iterated once (this or
+        :meth:`event_batches`)."""
+        for batch in self.event_batches():
+            yield from batch
+
+    def event_batches(self) -> Iterator[list[dict[str, Any]]]:
+        """The events of traceEvents in file order, in lists of up to a read chunk's worth: the fastest way
+        through a trace (no generator step per event)."""
+        self._start_events()
+        self._scanner.batching = True
+        for item in self._items:
+            if item[0] != EVENT:
+                break  # EVENTS_END
+            yield item[1]
+        self._read_tail()
 
     def _raw_events(self) -> Iterator[tuple[dict[str, Any], str]]:
+        """The events one by one with their exact source text (for the rewrite)."""
+        self._start_events()
+        for item in self._items:
+            if item[0] != EVENT:
+                break  # EVENTS_END
+            yield item[1][0], item[2][0]
+        self._read_tail()
+
+    def _start_events(self) -> None:
         if self._events_read:
             raise RuntimeError(f"{self.path}: the events of a TraceReader can be iterated only once")
         self._events_read = True
-        for item in self._items:
-            if item[0] != _EVENT:
-                break  # _EVENTS_END
-            yield item[1], item[2]
+
+    def _read_tail(self) -> None:
         for item in self._items:  # the fields after traceEvents; also checks the file's end
             self._add_metadata(item)
 

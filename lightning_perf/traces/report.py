@@ -40,6 +40,7 @@ from lightning_perf.traces.analysis import (
 )
 from lightning_perf.traces.gpu_figures import trace_figures
 from lightning_perf.traces.reader import GZIP_MAGIC, TraceError
+from lightning_perf.traces.spans import gc_paused
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 TORCH_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
@@ -177,6 +178,7 @@ def _rounded(value: Any) -> Any:
     return value
 
 
+@gc_paused()
 def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True) -> dict[str, Any]:
     """One trace file's section of the report. :class:`TraceError` naming the file on bad input.
     ``with_input_rule=False`` leaves the input-bound verdict to the run summary."""

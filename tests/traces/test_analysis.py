@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+import json
+
 import pytest
 
 from lightning_perf.traces import analysis as trace_analysis
 from lightning_perf.traces import reader as traces
+from lightning_perf.traces.spans import gc_paused
 from tests.helpers import DATALOADER, plugin_profile, profile_tiny_loop
 
 
@@ -143,3 +147,60 @@ def test_analyses_on_a_real_trace(real_trace):
     assert trace_analysis.kernel_busy_pct(parsed.spans) is None  # CPU-only run
     assert trace_analysis.kernel_stats(parsed.spans) == []
     assert parsed.rank is None  # torch writes no distributedInfo outside torch.distributed
+
+
+# events that leave load_trace's inline path for span_of: odd types, bounds, names and categories
+_ODD_EVENTS = [
+    {"ph": "X", "cat": "Kernel", "name": "k", "ts": 5, "dur": 2, "args": {"correlation": 7}},
+    {"ph": "X", "cat": "cpu_op", "name": None, "ts": 1.5, "dur": 0.25, "args": {"external id": 3}},
+    {"ph": "X", "cat": 3, "name": "op", "ts": 2, "dur": 1, "args": [1]},
+    {"ph": "X", "name": "no cat", "ts": 2.5},
+    {"ph": "X", "cat": "cpu_op", "name": "big", "ts": 2e300, "dur": 1e300},
+    {"ph": "X", "cat": "cpu_op", "name": "bool", "ts": True, "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "negative", "ts": 1, "dur": -1},
+    {"ph": "X", "cat": "cpu_op", "name": "text", "ts": "1", "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "overflow", "ts": 1.7e308, "dur": 1.7e308},
+    {"ph": "i", "cat": "cpu_op", "name": "instant", "ts": 1},
+    {"ph": "X", "cat": "python_function", "name": "f", "ts": 1, "dur": 1},
+]
+
+
+def test_load_trace_keeps_what_span_of_keeps(tmp_path):
+    # the inline path of load_trace and span_of give the same spans and skip the same events
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": _ODD_EVENTS * 3}))
+    expected, skipped = [], 0
+    for event in _ODD_EVENTS * 3:
+        if event.get("cat") == "python_function":
+            continue
+        try:
+            span = trace_analysis.span_of(event)
+        except ValueError:
+            skipped += 1
+            continue
+        if span is not None:
+            expected.append(span)
+    parsed = trace_analysis.load_trace(path)
+    assert parsed.spans == expected
+    assert [type(value) for span in parsed.spans for value in span] == [
+        type(value) for span in expected for value in span
+    ]
+    assert parsed.skipped_events == skipped == 3 * 4  # bool, negative, text, overflow
+    assert parsed.event_count == 3 * len(_ODD_EVENTS)
+
+
+def test_gc_paused_restores_the_collector():
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause holds
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # left as the caller set it
+    finally:
+        gc.enable()

@@ -74,6 +74,49 @@ def test_reader_memory_does_not_grow_with_the_file(tmp_path, monkeypatch):
     assert peak < size / 5
 
 
+# events whose strings and nested values hold what an event boundary looks like ("}, {"): a batch cut there
+# does not decode, and those events are read one at a time
+_TRICKY_EVENTS = [
+    {"ph": "X", "name": 'fn({"a": 1}, {"b": 2})', "cat": "python_function", "ts": 1, "dur": 2},
+    {
+        "ph": "X",
+        "name": "k",
+        "cat": "kernel",
+        "ts": 3,
+        "dur": 1,
+        "args": {"shapes": [{"a": 1}, {"b": [{}, {}]}]},
+    },
+    {"ph": "i", "name": "a}, {b", "s": "t", "ts": 5, "args": {"text": "}\n,\t{ \\"}},
+]
+
+
+@pytest.mark.parametrize("chunk_chars", [1 << 20, 256, 97, 7])
+def test_batches_yield_what_json_load_parses(tmp_path, monkeypatch, chunk_chars):
+    monkeypatch.setattr(traces, "READ_CHUNK_CHARS", chunk_chars)
+    events = [dict(e, ts=e["ts"] + 10 * i) for i in range(300) for e in _TRICKY_EVENTS]
+    path = tmp_path / "tricky.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "x"}, indent=1))
+    with traces.TraceReader(path) as reader:
+        batches = list(reader.event_batches())
+    assert [e for batch in batches for e in batch] == events
+    assert reader.metadata == {"schemaVersion": 1, "traceName": "x"}
+    if chunk_chars > 1000:
+        assert max(len(b) for b in batches) > 100  # whole runs of events decoded at once
+
+
+def test_a_bad_event_among_many_gives_the_error_of_one_at_a_time_reading(tmp_path, monkeypatch):
+    good = '{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}'
+    path = tmp_path / "bad.json"
+    path.write_text('{"traceEvents": [' + ",\n".join([good] * 500 + ['{"ph": oops}'] + [good] * 500) + "]}")
+    messages = []
+    for chunk_chars in (1 << 20, 7):  # batches, and single values only
+        monkeypatch.setattr(traces, "READ_CHUNK_CHARS", chunk_chars)
+        with pytest.raises(TraceError, match="invalid JSON") as info:
+            traces.read_metadata(path)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
 def _truncate(data: bytes) -> bytes:
     return data[: len(data) // 2]
 
