@@ -61,6 +61,9 @@ class StepClock:
         self._wait_ms = array("d")
         self._samples = array("q")  # -1: the batch size was not found
         self._window_start = 0
+        self.window_steps = (
+            0  # steps closed since the window started: read after every batch, so kept as a count
+        )
         self._epoch_start_ms = array("d")
         self.epochs = 0
         self.gap_s: dict[str, float] = {}
@@ -97,6 +100,7 @@ class StepClock:
                 # the callback's own excluded work can make the step shorter than its fetch
                 self._wait_ms.append((wait_s if wait_s < step_s else step_s) * 1e3)
                 self._samples.append(self._open_samples)
+                self.window_steps += 1
         self._open_start = t_start
         self._open_wait = t_end - t_start
         self._open_samples = -1 if samples is None else samples  # -1: the batch size was not found
@@ -144,16 +148,13 @@ class StepClock:
     # -- results -----------------------------------------------------------------------------------------
 
     @property
-    def window_steps(self) -> int:
-        return len(self._step_ms) - self._window_start
-
-    @property
     def steps(self) -> int:
         return len(self._step_ms)
 
     def take_window(self) -> dict[str, float]:
         """Window metrics (means over the steps closed since the last call); resets the window."""
         start, self._window_start = self._window_start, len(self._step_ms)
+        self.window_steps = 0
         figures = self._figures(start, self._window_start)
         if self.gpu is not None:
             figures.update(self.gpu.take_window())
@@ -219,6 +220,7 @@ class StepClock:
             self._step_ms.append(step_s * 1e3)
             self._wait_ms.append((wait_s if wait_s < step_s else step_s) * 1e3)
             self._samples.append(self._open_samples)
+            self.window_steps += 1
 
     def _settle_gap(self, t: float) -> None:
         if self._gap_kind is not None:
