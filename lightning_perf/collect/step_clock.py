@@ -51,7 +51,6 @@ class StepClock:
         self._open_start: float | None = None
         self._open_wait = 0.0
         self._open_samples = -1
-        self._open_excluded = 0.0
         self._epoch_first = False
         self._pending_iter_s = 0.0
         self._gap_kind: str | None = None
@@ -88,12 +87,12 @@ class StepClock:
 
     def batch(self, t_boundary: float, t_start: float, t_end: float, samples: int | None) -> None:
         # This runs on every step. The common case is three comparisons, the open step closed right here (a
-        # call to _close would cost as much as the closing itself) and four stores.
+        # call to _close would cost as much as the closing itself) and three stores.
         if self._gap_kind is not None or self._epoch_first or self.gpu is not None:
             if not self._irregular_batch(t_boundary, t_start, t_end):
                 return
         elif (open_start := self._open_start) is not None:
-            step_s = t_boundary - open_start - self._open_excluded
+            step_s = t_boundary - open_start
             if step_s > 0.0:
                 wait_s = self._open_wait
                 self._step_ms.append(step_s * 1e3)
@@ -104,7 +103,6 @@ class StepClock:
         self._open_start = t_start
         self._open_wait = t_end - t_start
         self._open_samples = -1 if samples is None else samples  # -1: the batch size was not found
-        self._open_excluded = 0.0
 
     def _irregular_batch(self, t_boundary: float, t_start: float, t_end: float) -> bool:
         """:meth:`batch` after a gap, at an epoch's first fetch or with GPU marks; False: no step opens."""
@@ -143,7 +141,7 @@ class StepClock:
 
     def exclude(self, seconds: float) -> None:
         if self._open_start is not None:
-            self._open_excluded += seconds
+            self._open_start += seconds  # the step starts that much later: one store less per batch
 
     # -- results -----------------------------------------------------------------------------------------
 
@@ -213,7 +211,7 @@ class StepClock:
 
     def _close(self, t_end: float) -> None:
         """Close the open step at ``t_end`` (:meth:`batch` does the same inline)."""
-        step_s = t_end - self._open_start - self._open_excluded
+        step_s = t_end - self._open_start
         self._open_start = None
         if step_s > 0.0:
             wait_s = self._open_wait
