@@ -86,20 +86,13 @@ class StepClock:
             self.gpu.boundary()
 
     def batch(self, t_boundary: float, t_start: float, t_end: float, samples: int | None) -> None:
-        # This runs on every step. The common case is three comparisons, the open step closed right here (a
-        # call to _close would cost as much as the closing itself) and three stores.
+        # This runs on every step: the common case is one test of the three rare conditions, _close and three
+        # stores.
         if self._gap_kind is not None or self._epoch_first or self.gpu is not None:
             if not self._irregular_batch(t_boundary, t_start, t_end):
                 return
-        elif (open_start := self._open_start) is not None:
-            step_s = t_boundary - open_start
-            if step_s > 0.0:
-                wait_s = self._open_wait
-                self._step_ms.append(step_s * 1e3)
-                # the callback's own excluded work can make the step shorter than its fetch
-                self._wait_ms.append((wait_s if wait_s < step_s else step_s) * 1e3)
-                self._samples.append(self._open_samples)
-                self.window_steps += 1
+        elif self._open_start is not None:
+            self._close(t_boundary)
         self._open_start = t_start
         self._open_wait = t_end - t_start
         self._open_samples = -1 if samples is None else samples  # -1: the batch size was not found
@@ -210,12 +203,12 @@ class StepClock:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _close(self, t_end: float) -> None:
-        """Close the open step at ``t_end`` (:meth:`batch` does the same inline)."""
         step_s = t_end - self._open_start
         self._open_start = None
         if step_s > 0.0:
             wait_s = self._open_wait
             self._step_ms.append(step_s * 1e3)
+            # the callback's own excluded work can make the step shorter than its fetch
             self._wait_ms.append((wait_s if wait_s < step_s else step_s) * 1e3)
             self._samples.append(self._open_samples)
             self.window_steps += 1
