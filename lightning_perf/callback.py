@@ -229,9 +229,11 @@ class PerfCallback(*namespaces.callback_bases()):
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self._sampler is not None:
-            self._sampler.resume()  # utilization is kept over training steps, the intervals step timing covers
-        if self.config.ab_cudnn_benchmark and self._ab_spec is None:  # on every rank: under DDP all run it
+        # this hook and the next run on every batch: each check is an attribute and a comparison
+        sampler = self._sampler
+        if sampler is not None and sampler.paused:
+            sampler.resume()  # utilization is kept over training steps, the intervals step timing covers
+        if self._ab_spec is None and self.config.ab_cudnn_benchmark:  # on every rank: under DDP all run it
             # the shape, dtype and memory format of a batch (not the batch) for the cudnn.benchmark A/B
             self._ab_spec = BatchSpec.of(first_tensor(batch))
         session = self._fit

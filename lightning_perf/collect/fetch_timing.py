@@ -36,13 +36,15 @@ def _timed_class(base: type) -> type:
     if cls is not None:
         return cls
 
+    base_next = base.__next__  # bound once: this runs on every batch
+
     def __next__(self):  # noqa: N807 - the special method we time
         listener = self._lightning_perf_listener
         listener.before_fetch(perf_counter())
         # the step's clock starts after the listener's own work (profiler stepping, trace export)
         t_start = perf_counter()
         try:
-            fetched = base.__next__(self)
+            fetched = base_next(self)
         except StopIteration:
             listener.fetch_stopped()
             raise

@@ -35,6 +35,7 @@ _CONSTANT_SHAPES = 2
 # shapes are sampled (batches 1, 9, 17, ...): varying inputs show up within a few batches, at 1/8 the cost
 _SHAPE_CHECK_MASK = 7
 _SEQUENCES = (list, tuple)
+_TENSOR = torch.Tensor  # a module global: one lookup on the per-batch path instead of two
 
 
 def first_tensor(batch: Any, _depth: int = 0) -> torch.Tensor | None:
@@ -73,7 +74,7 @@ class PerfSession:
         self.batches = 0  # batches started so far: the schedule's step counter
         self._boundary = 0.0  # when the current batch's boundary was reached
         self.shapes: set[tuple[int, ...]] = set()
-        self.batch_size_seen: int | None = None
+        self._largest_batch = 0  # the largest batch size found so far
         self.loader_yields_cuda: bool | None = None  # looked at on the first batch, as the loader yields it
         # (path, global step) of each saved cycle with CUDA activity, read after the last step
         self.cuda_traces: list[tuple[str, int]] = []
@@ -81,18 +82,34 @@ class PerfSession:
         # set when the loop's fetcher could not be timed: the callback's batch hook drives the session
         self.hook_timing: fetch_timing.HookTiming | None = None
 
-    # -- fetcher listener --------------------------------------------------------------------------------
+    # -- fetcher listener: the hot path, once per batch (see benchmarks/README.md for its cost) ----------
 
     def before_fetch(self, t: float) -> None:
         self._boundary = t
-        self.clock.gpu_boundary()
+        if self.clock.gpu is not None:
+            self.clock.gpu_boundary()
         step = self.batches
         self.batches = step + 1
         if self.window is not None:
             self.window.boundary(step)
 
     def after_fetch(self, t_start: float, t_end: float, fetched: Any) -> None:
-        self.clock.batch(self._boundary, t_start, t_end, self._batch_size(fetched))
+        # Lightning's fetchers return (batch, batch_idx, dataloader_idx)
+        batch = fetched[0] if type(fetched) is tuple and len(fetched) == 3 else fetched
+        # the usual (inputs, targets) batch is looked at without a call; anything else is searched
+        tensor = batch[0] if type(batch) in _SEQUENCES and batch else batch
+        if type(tensor) is not _TENSOR:
+            tensor = first_tensor(batch)
+        samples = self.batch_size_override
+        if tensor is not None:
+            shape = tensor.shape  # ~0.1 us, the costliest call here: made once
+            if self.batches & _SHAPE_CHECK_MASK == 1:  # input shapes are looked at on every 8th batch only
+                self._note_input(tensor, shape)
+            if samples is None and shape:
+                samples = shape[0]
+                if samples > self._largest_batch:
+                    self._largest_batch = samples
+        self.clock.batch(self._boundary, t_start, t_end, samples)
 
     def fetch_stopped(self) -> None:
         self.clock.fetch_stopped(self._boundary)
@@ -103,40 +120,21 @@ class PerfSession:
     # -- batch inspection --------------------------------------------------------------------------------
 
     @property
+    def batch_size_seen(self) -> int | None:
+        """The largest batch size found in the batches (None with ``batch_size`` given, or none found)."""
+        return self._largest_batch or None
+
+    @property
     def input_shapes_vary(self) -> bool | None:
         if not self.shapes:
             return None
         return len(self.shapes) > _CONSTANT_SHAPES
 
-    def _batch_size(self, fetched: Any) -> int | None:
-        # Lightning's fetchers return (batch, batch_idx, dataloader_idx)
-        batch = fetched[0] if type(fetched) is tuple and len(fetched) == 3 else fetched
-        # the usual (inputs, targets) batch is looked at without a call; anything else is searched
-        if type(batch) in _SEQUENCES and batch and type(batch[0]) is torch.Tensor:
-            tensor = batch[0]
-        elif type(batch) is torch.Tensor:
-            tensor = batch
-        else:
-            tensor = first_tensor(batch)
-            if tensor is None:
-                return self.batch_size_override
-        shape = tensor.shape
-        if self.batches & _SHAPE_CHECK_MASK == 1:  # input shapes are looked at on every 8th batch only
-            self._note_shape(shape)
-            if self.loader_yields_cuda is None:
-                self.loader_yields_cuda = tensor.is_cuda
-        if self.batch_size_override is not None:
-            return self.batch_size_override
-        if not shape:
-            return None
-        size = shape[0]
-        if self.batch_size_seen is None or size > self.batch_size_seen:
-            self.batch_size_seen = size
-        return size
-
-    def _note_shape(self, shape: torch.Size) -> None:
+    def _note_input(self, tensor: torch.Tensor, shape: torch.Size) -> None:
         if len(self.shapes) < _MAX_SHAPES:
             self.shapes.add(tuple(shape))
+        if self.loader_yields_cuda is None:
+            self.loader_yields_cuda = tensor.is_cuda
 
 
 def open_session(

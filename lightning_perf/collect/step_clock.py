@@ -50,8 +50,7 @@ class StepClock:
         self.gpu = gpu if measure_data_wait else None
         self._open_start: float | None = None
         self._open_wait = 0.0
-        self._open_samples: int | None = None
-        self._open_excluded = 0.0
+        self._open_samples = -1
         self._epoch_first = False
         self._pending_iter_s = 0.0
         self._gap_kind: str | None = None
@@ -61,6 +60,9 @@ class StepClock:
         self._wait_ms = array("d")
         self._samples = array("q")  # -1: the batch size was not found
         self._window_start = 0
+        self.window_steps = (
+            0  # steps closed since the window started: read after every batch, so kept as a count
+        )
         self._epoch_start_ms = array("d")
         self.epochs = 0
         self.gap_s: dict[str, float] = {}
@@ -84,9 +86,20 @@ class StepClock:
             self.gpu.boundary()
 
     def batch(self, t_boundary: float, t_start: float, t_end: float, samples: int | None) -> None:
-        # the common case costs two comparisons and _close: keep it that way, it runs on every step
-        if self._gap_kind is not None:
-            self._settle_gap(t_boundary)
+        # This runs on every step: the common case is one test of the three rare conditions, _close and three
+        # stores.
+        if self._gap_kind is not None or self._epoch_first or self.gpu is not None:
+            if not self._irregular_batch(t_boundary, t_start, t_end):
+                return
+        elif self._open_start is not None:
+            self._close(t_boundary)
+        self._open_start = t_start
+        self._open_wait = t_end - t_start
+        self._open_samples = -1 if samples is None else samples  # -1: the batch size was not found
+
+    def _irregular_batch(self, t_boundary: float, t_start: float, t_end: float) -> bool:
+        """:meth:`batch` after a gap, at an epoch's first fetch or with GPU marks; False: no step opens."""
+        self._settle_gap(t_boundary)
         if self._open_start is not None:
             self._close(t_boundary)
         if self.gpu is not None:
@@ -96,11 +109,8 @@ class StepClock:
             start_ms = (self._pending_iter_s + t_end - t_start) * 1e3
             self._epoch_start_ms.append(start_ms)
             self.last_epoch_start_ms = start_ms
-            return  # the epoch's first batch is not a representative step
-        self._open_start = t_start
-        self._open_wait = t_end - t_start
-        self._open_samples = samples
-        self._open_excluded = 0.0
+            return False  # the epoch's first batch is not a representative step
+        return True
 
     def fetch_stopped(self, t_boundary: float) -> None:
         """The fetch raised StopIteration: the open step ends at the boundary and no step starts."""
@@ -124,13 +134,9 @@ class StepClock:
 
     def exclude(self, seconds: float) -> None:
         if self._open_start is not None:
-            self._open_excluded += seconds
+            self._open_start += seconds  # the step starts that much later: one store less per batch
 
     # -- results -----------------------------------------------------------------------------------------
-
-    @property
-    def window_steps(self) -> int:
-        return len(self._step_ms) - self._window_start
 
     @property
     def steps(self) -> int:
@@ -139,6 +145,7 @@ class StepClock:
     def take_window(self) -> dict[str, float]:
         """Window metrics (means over the steps closed since the last call); resets the window."""
         start, self._window_start = self._window_start, len(self._step_ms)
+        self.window_steps = 0
         figures = self._figures(start, self._window_start)
         if self.gpu is not None:
             figures.update(self.gpu.take_window())
@@ -196,17 +203,15 @@ class StepClock:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _close(self, t_end: float) -> None:
-        step_s = t_end - self._open_start - self._open_excluded
+        step_s = t_end - self._open_start
         self._open_start = None
-        if step_s <= 0.0:
-            return
-        wait_s = self._open_wait
-        if wait_s > step_s:  # the callback's own excluded work made the step shorter than its fetch
-            wait_s = step_s
-        self._step_ms.append(step_s * 1e3)
-        self._wait_ms.append(wait_s * 1e3)
-        samples = self._open_samples
-        self._samples.append(-1 if samples is None else samples)
+        if step_s > 0.0:
+            wait_s = self._open_wait
+            self._step_ms.append(step_s * 1e3)
+            # the callback's own excluded work can make the step shorter than its fetch
+            self._wait_ms.append((wait_s if wait_s < step_s else step_s) * 1e3)
+            self._samples.append(self._open_samples)
+            self.window_steps += 1
 
     def _settle_gap(self, t: float) -> None:
         if self._gap_kind is not None:
