@@ -22,7 +22,7 @@ _TIMED_CLASSES: dict[type, type] = {}
 
 
 class FetchListener(Protocol):
-    def before_fetch(self, t: float) -> None: ...
+    def before_fetch(self, t: float) -> bool: ...
 
     def after_fetch(self, t_start: float, t_end: float, fetched: Any) -> None: ...
 
@@ -40,9 +40,10 @@ def _timed_class(base: type) -> type:
 
     def __next__(self):  # noqa: N807 - the special method we time
         listener = self._lightning_perf_listener
-        listener.before_fetch(perf_counter())
-        # the step's clock starts after the listener's own work (profiler stepping, trace export)
         t_start = perf_counter()
+        if listener.before_fetch(t_start):
+            # the step's clock starts after the listener's own work (profiler stepping, trace export)
+            t_start = perf_counter()
         try:
             fetched = base_next(self)
         except StopIteration:

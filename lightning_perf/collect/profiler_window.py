@@ -107,28 +107,29 @@ class ProfilerWindow:
         """True when no cycle is open and none is left."""
         return self._prof is None and self._next_start is None
 
-    def boundary(self, step: int) -> None:
-        """Batch ``step`` is about to be fetched."""
+    def boundary(self, step: int) -> bool:
+        """Batch ``step`` is about to be fetched. True when this did more than look (its time is not the step's)."""
         prof = self._prof
         if prof is None:
             if self._next_start is None or step < self._next_start:
-                return  # the hot path between cycles: one comparison
+                return False  # the hot path between cycles: one comparison
             if self.schedule.action(step) is ProfilerAction.NONE:
                 self._next_start = self._next_cycle(step)
-                return
+                return True
             self._open(step)
-            return
+            return True
         try:
             prof.step()  # saves the trace (on_trace_ready) when the previous batch ended a cycle
         except Exception as err:  # a profiler failure must not stop training
             self._abandon(f"torch profiler failed at batch {step}: {err}")
-            return
+            return True
         action = self.schedule.action(step)
         if action is ProfilerAction.NONE or self._no_more_cycles:  # cycles end early: cap, full disk
             self._stop_profiler()
             self._next_start = self._next_cycle(step)
         elif action in _RECORDING:
             self._cycle_steps.append(step)
+        return True
 
     def end_step_span(self) -> None:
         """End the open ``ProfilerStep#N`` span now: what follows (validation, epoch end) is not that batch."""

@@ -84,14 +84,18 @@ class PerfSession:
 
     # -- fetcher listener: the hot path, once per batch (see benchmarks/README.md for its cost) ----------
 
-    def before_fetch(self, t: float) -> None:
+    def before_fetch(self, t: float) -> bool:
+        """The batch boundary at ``t``. True when it did work beyond bookkeeping (a GPU mark, profiler stepping):
+        the caller then starts the step's clock after it."""
         self._boundary = t
-        if self.clock.gpu is not None:
+        marked = self.clock.gpu is not None
+        if marked:
             self.clock.gpu_boundary()
         step = self.batches
         self.batches = step + 1
-        if self.window is not None:
-            self.window.boundary(step)
+        if self.window is not None and self.window.boundary(step):
+            return True
+        return marked
 
     def after_fetch(self, t_start: float, t_end: float, fetched: Any) -> None:
         # Lightning's fetchers return (batch, batch_idx, dataloader_idx)
