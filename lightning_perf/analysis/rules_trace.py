@@ -175,7 +175,7 @@ def memory_growth(figures: TraceFigures) -> Finding | None:
     ):
         eta = ""
         if capacity and peak is not None and figures.memory_absolute:
-            eta = f"; at this rate the {_fmt(capacity)} GB device is full in ~{(capacity - peak) * 1024 / growth:.0f} steps"
+            eta = f"; at this rate the {_fmt(capacity)} GB device is full in ~{(capacity - peak) * 1000 / growth:.0f} steps"
         return Finding(
             id="memory_growth",
             severity="high",

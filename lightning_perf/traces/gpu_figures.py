@@ -80,8 +80,9 @@ TENSOR_CORE_ELIGIBLE = re.compile(
 # Triton (torch.compile) kernels: whether they use tensor cores cannot be told from the name.
 TRITON_PREFIX = "triton_"
 _US_PER_MS = 1000.0
+# the project's units (metrics docs): MB 1e6 bytes, GB 1e9
 _BYTES_PER_MB = 1e6
-_BYTES_PER_GB = 1024**3
+_BYTES_PER_GB = 1e9
 
 
 @functools.cache  # a few hundred distinct (interned) names against ~1e5 events

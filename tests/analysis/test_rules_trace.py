@@ -131,7 +131,7 @@ def test_memory_growth_leak_headroom_and_room():
                 memory_peak_gb=4.0)
     )  # fmt: skip
     assert leak.severity == "high" and "loss.detach()" in leak.recommendation
-    assert "full in ~12288 steps" in leak.evidence  # (16 - 4) GB * 1024 / 1 MB a step
+    assert "full in ~12000 steps" in leak.evidence  # (16 - 4) GB * 1000 MB / 1 MB a step
     flat = dict(memory_growth_mb_per_step=t.MEMORY_GROWTH_MIN_MB_PER_STEP - EPS, memory_growth_steps=4)
     near = memory_growth(figures(**base, **flat, memory_peak_gb=16.0 * t.MEMORY_NEAR_CAPACITY_PCT / 100))
     assert near.severity == "medium" and "headroom" in near.recommendation.lower()
