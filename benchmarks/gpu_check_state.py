@@ -1,5 +1,5 @@
 """The checks of ``gpu_check.py`` about what PerfCallback leaves behind: the A/B's restored state, the memory
-timeline, trace cost and cap, and the case study on the GPU."""
+timeline, trace cost and cap, the GPU clocks and memory series in the summary, and the case study on the GPU."""
 
 from __future__ import annotations
 
@@ -193,9 +193,44 @@ def check_case_study(ctx: Context) -> CheckResult:
     )
 
 
+def check_clocks_and_memory_series(ctx: Context) -> CheckResult:
+    """The summary of a real GPU fit holds the SM clock against its maximum (NVML) and a per-step series of the
+    trained device's allocator memory, every reading at most the peak torch recorded, with the device's size."""
+    name = "GPU clocks and memory series"
+    if not ctx.gpu:
+        return skipped(name, NO_GPU)
+    summary, _ = cached_fit(ctx, "fit_32", "32-true")
+    machine, memory = summary.machine, getattr(summary, "memory", None)
+    if memory is None:
+        return skipped(name, "no memory series in the summary (the memory_growth part of issue 13)")
+    clock = machine.gpu_sm_clock_mhz if machine else None
+    top = machine.gpu_sm_clock_max_mhz if machine else None
+    gpu_mb = [v for v in memory.gpu_allocated_mb if v is not None]
+    peak_mb = memory.gpu_peak_allocated_gb * 1000.0 if memory.gpu_peak_allocated_gb else None
+    device_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
+    ok = (
+        clock is not None
+        and top is not None
+        and 0 < clock <= top * 1.01  # a boost clock may read a hair above the listed maximum
+        and len(gpu_mb) >= 5
+        and peak_mb is not None
+        and all(0 < v <= peak_mb * 1.001 for v in gpu_mb)
+        and memory.gpu_total_gb is not None
+        and abs(memory.gpu_total_gb - device_gb) <= 0.01 * device_gb
+    )
+    detail = (
+        f"SM clock {clock} of {top} MHz, slowdown reasons {machine.gpu_slowdown_pct if machine else None}; "
+        f"{len(gpu_mb)} allocator readings {min(gpu_mb, default=None)}-{max(gpu_mb, default=None)} MB, peak "
+        f"{peak_mb} MB, device {memory.gpu_total_gb} GB (torch {device_gb:.1f}); findings "
+        f"{[f.id for f in summary.findings]}"
+    )
+    return result(name, ok, detail, sm_clock_mhz=clock, max_sm_clock_mhz=top, readings=len(gpu_mb))
+
+
 STATE_CHECKS: list[Callable[[Context], CheckResult]] = [
     check_cudnn_ab_restores,
     check_memory_timeline,
     check_trace_cost,
+    check_clocks_and_memory_series,
     check_case_study,
 ]

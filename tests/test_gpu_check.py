@@ -18,6 +18,7 @@ GPU_ONLY = (
     "step time vs CUDA events",
     "data wait vs GPU idle",
     "cudnn.benchmark A/B restores state",
+    "GPU clocks and memory series",
     "case study on the GPU",
 )
 ON_CPU = ("end-to-end fit", "memory timeline", "trace cost and cap")
