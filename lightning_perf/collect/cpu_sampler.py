@@ -62,6 +62,7 @@ class PsutilBackend:
         self._workers: dict[int, list[Any]] = {}  # pid -> [psutil.Process, its CPU seconds at the last read]
         self._services: dict[int, Any] = {}  # pid -> psutil.Process of multiprocessing's own helpers
         self._last = (clock(), _cpu_seconds(self._process), *_system_busy_total(psutil))
+        self.last_interval_s = 0.0
         self._rescan(self._last[0])
 
     def _rescan(self, now: float) -> None:
@@ -114,6 +115,7 @@ class PsutilBackend:
             workers_cpu += max(0.0, worker_cpu - entry[1])
             entry[1] = worker_cpu
         busy, total = _system_busy_total(self._psutil)
+        self.last_interval_s = now - last_time  # the seconds these rates cover
         values = {
             CPU_UTIL: 100.0 * (cpu - last_cpu) / (now - last_time),
             WORKERS_CPU: 100.0 * workers_cpu / (now - last_time),

@@ -19,19 +19,23 @@ from lightning_perf.collect.nvml import (
 
 
 class Stats:
-    """Running sum, count and peak per metric; means() holds only metrics that have samples."""
+    """Running weighted sum, weight and peak per metric; means() holds only metrics that have samples.
+
+    GPU samples are point readings taken at a steady pace (weight 1 each); a CPU reading is a rate over the
+    seconds since the previous one, so it weighs as many seconds as it covers: a short forced read at a window's
+    end must not count as much as a whole second."""
 
     __slots__ = ("sums", "counts", "peaks")
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, float] = {}
         self.peaks: dict[str, float] = {}
 
-    def add(self, values: dict[str, float]) -> None:
+    def add(self, values: dict[str, float], weight: float = 1.0) -> None:
         for key, value in values.items():
-            self.sums[key] = self.sums.get(key, 0.0) + value
-            self.counts[key] = self.counts.get(key, 0) + 1
+            self.sums[key] = self.sums.get(key, 0.0) + value * weight
+            self.counts[key] = self.counts.get(key, 0.0) + weight
             self.peaks[key] = max(value, self.peaks.get(key, value))
 
     def means(self) -> dict[str, float]:

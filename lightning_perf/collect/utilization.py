@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -200,9 +201,7 @@ class UtilSampler:
                 )
                 return
         if thread is not None and self._opened:  # a last CPU read: the run's averages cover its very end
-            cpu, workers = self._read_cpu(force=True)
-            if cpu:
-                self._add(cpu, workers=workers)
+            self._sample_cpu(force=True)
         if self.memory is not None:
             self.memory.finish()
         self._close()
@@ -280,42 +279,53 @@ class UtilSampler:
             values = [row[key] for row in rows if key in row]
             if values:
                 sample[key] = sum(values) / len(values)
-        cpu, workers = self._read_cpu(force=False)
-        sample.update(cpu)
-        self._add(sample, rows, workers)
+        self._add(sample, rows)
+        self._sample_cpu(force=False)
         if self.memory is not None:
             self.memory.read()
 
-    def _read_cpu(self, force: bool) -> tuple[dict[str, float], int | None]:
-        """The CPU figures since the last read, when due (or ``force``); ({}, None) otherwise."""
+    def _sample_cpu(self, force: bool) -> None:
+        """Read the CPU figures when due (or ``force``) and keep them, weighted by the seconds they cover."""
         with self._cpu_lock:  # the sampler thread and take_window/stop on the training thread both read
             if self._cpu is None or not (force or time.monotonic() >= self._next_cpu_read):
-                return {}, None
+                return
             self._next_cpu_read = time.monotonic() + self.cpu_interval_s
             try:
-                return self._cpu.read()
+                cpu, workers = self._cpu.read()
             except Exception as err:
                 log.warning("lightning-perf: CPU sampling stopped: %s", err)
                 self._cpu = None
-                return {}, None
+                return
+            seconds = self._cpu.last_interval_s
+        if cpu and seconds > 0:
+            with self._lock:
+                self._window.add(cpu, seconds)
+                self._run.add(cpu, seconds)
+                self._workers_seen = max(self._workers_seen, workers)
 
-    def _add(
-        self, sample: dict[str, float], rows: list[dict[str, float]] = (), workers: int | None = None
-    ) -> None:
+    def _add(self, sample: dict[str, float], rows: list[dict[str, float]] = ()) -> None:
         with self._lock:
             self._window.add(sample)
             self._run.add(sample)
             for stats, row in zip(self._device_stats, rows, strict=False):
                 stats.add(row)
-            if workers is not None:
-                self._workers_seen = max(self._workers_seen, workers)
 
     def pause(self) -> None:
         """Stop keeping samples until :meth:`resume` (validation, a checkpoint, an epoch start began)."""
         self.paused = True
 
     def resume(self) -> None:
-        """Keep samples again: a training step runs."""
+        """Keep samples again: a training step runs.
+
+        The CPU counters kept counting through what the pause covered (setup, an epoch's start, validation, a
+        checkpoint), which is not a training step: one read here, on the training thread once per pause (a few
+        hundred microseconds), sets a new baseline and is not kept."""
+        if self.paused:
+            with self._cpu_lock:
+                # an error here: the sampler thread's next read says why and stops the CPU figures
+                if self._cpu is not None:
+                    with contextlib.suppress(Exception):
+                        self._cpu.read()
         self.paused = False
 
     def take_window(self) -> dict[str, float]:
@@ -323,9 +333,7 @@ class UtilSampler:
 
         The CPU is read here too, so every window has its CPU figures whatever the CPU cadence."""
         if self._opened:
-            cpu, workers = self._read_cpu(force=True)
-            if cpu:
-                self._add(cpu, workers=workers)
+            self._sample_cpu(force=True)
         with self._lock:
             window, self._window = self._window, Stats()
         return window.means()

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lightning_perf.collect import cpu_sampler
+from lightning_perf.collect import cpu_sampler, utilization
 from lightning_perf.collect.cpu_sampler import (
     CPU_UTIL,
     SYSTEM_CPU,
@@ -663,3 +663,25 @@ def test_cpu_is_read_at_most_once_per_cpu_interval(sampler_factory):
 def test_cpu_interval_is_validated():
     with pytest.raises(ValueError, match="cpu_interval_s"):
         UtilSampler(cpu_interval_s=-1.0)
+
+
+def test_cpu_figures_cover_training_steps_each_read_weighted_by_the_seconds_it_covers(monkeypatch):
+    ps, clock = FakePsutil(), FakeClock()
+    main = ps.add(10, 1, cpu=0.0)
+    monkeypatch.setattr(utilization, "PsutilBackend", lambda *a, **k: PsutilBackend(*a, clock=clock, **k))
+    sampler = UtilSampler(3600.0, [], psutil_module=ps, pid=10, cpu_interval_s=0.0)
+    sampler.pause()  # as the callback does before the first batch
+    sampler.sample_once()  # opens the backends; paused: nothing kept
+    clock.now += 1.0
+    main.cpu += 2.0  # setup (model, loggers, workers starting) at 200%: not a training step
+    sampler.resume()  # a read that only sets the baseline
+    clock.now += 1.0
+    main.cpu += 0.5  # a second of training at 50%
+    sampler.sample_once()
+    clock.now += 0.1
+    main.cpu += 0.1  # a window's end 0.1 s later, at 100%
+    window = sampler.take_window()
+    # (50% x 1 s + 100% x 0.1 s) / 1.1 s; equal weights would say 75%, the setup would pull it up further
+    assert window[CPU_UTIL] == pytest.approx(600.0 / 11)
+    assert sampler.summary().cpu.process_cpu_pct == pytest.approx(600.0 / 11)
+    sampler.stop()
