@@ -8,6 +8,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# The project's units, as the metric docs say: every MB is 1e6 bytes and every GB 1e9 (never MiB or GiB).
+BYTES_PER_MB = 1e6
+BYTES_PER_GB = 1e9
+MB_PER_GB = 1000.0
+
 
 def is_number(value: Any) -> bool:
     """An int or float (NaN and infinities included), not a bool."""

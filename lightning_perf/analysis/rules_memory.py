@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lightning_perf.analysis.memory_series import Growth, MemorySeries, fit_growth
-from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.numbers import MB_PER_GB, finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.analysis.thresholds import (
@@ -26,8 +26,6 @@ from lightning_perf.analysis.trace_thresholds import (
     MEMORY_NEAR_CAPACITY_PCT,
     MEMORY_ROOM_PCT,
 )
-
-MB_PER_GB = 1000.0  # the summary's units: MB 1e6 bytes, GB 1e9
 
 LEAK_RECOMMENDATION = (
     "Keep no tensors with their graph across steps: store `loss.detach()` (or `.item()` at epoch end), not "

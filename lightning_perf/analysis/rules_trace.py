@@ -7,6 +7,7 @@ them all, most severe first. Pure: reads plain figures, imports nothing from tor
 from __future__ import annotations
 
 from lightning_perf.analysis.diagnosis import input_bound_verdict
+from lightning_perf.analysis.numbers import MB_PER_GB
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules_memory import LEAK_RECOMMENDATION, capacity_finding
 from lightning_perf.analysis.summary import Finding
@@ -175,7 +176,7 @@ def memory_growth(figures: TraceFigures) -> Finding | None:
     ):
         eta = ""
         if capacity and peak is not None and figures.memory_absolute:
-            eta = f"; at this rate the {_fmt(capacity)} GB device is full in ~{(capacity - peak) * 1000 / growth:.0f} steps"
+            eta = f"; at this rate the {_fmt(capacity)} GB device is full in ~{(capacity - peak) * MB_PER_GB / growth:.0f} steps"
         return Finding(
             id="memory_growth",
             severity="high",

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lightning_perf.analysis import metrics
-from lightning_perf.collect.nvml import BYTES_PER_GB
+from lightning_perf.analysis.numbers import BYTES_PER_GB
 
 # psutil's children() reads /proc/<pid>/stat of every process on the machine: ~7 us each here, so a few ms
 # on a GPU server running 500-1000 processes. Workers are rediscovered every 1 s, less often when a scan is

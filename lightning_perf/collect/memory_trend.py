@@ -23,12 +23,11 @@ from typing import Any
 
 from lightning_perf import console
 from lightning_perf.analysis.memory_series import MemorySeries
+from lightning_perf.analysis.numbers import BYTES_PER_GB, BYTES_PER_MB
 from lightning_perf.analysis.summary import MAX_SAMPLES
 
 log = console.logger(__name__)
 
-BYTES_PER_MB = 1e6
-BYTES_PER_GB = 1e9
 MB_DECIMALS = 2  # 10 kB: far below what RSS or the allocator moves by in a step
 # cgroup files with the memory limit and usage of this process's container (v2, then v1). psutil reports the
 # machine's RAM only, but a container (Docker, Kubernetes, SLURM) is killed at its cgroup's limit: that is the

@@ -24,12 +24,11 @@ from typing import Any
 
 from lightning_perf import console
 from lightning_perf.analysis import metrics
+from lightning_perf.analysis.numbers import BYTES_PER_GB
 from lightning_perf.errors import LightningPerfError
 
 log = console.logger(__name__)
 
-# Every GB figure (here and in utilization.py) is 1e9 bytes, as the metric docs say.
-BYTES_PER_GB = 1e9
 
 GPU_UTIL = metrics.GPU_UTIL.tag
 GPU_MEM_UTIL = metrics.GPU_MEM_UTIL.tag

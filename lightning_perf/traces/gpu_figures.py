@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from lightning_perf.analysis.numbers import BYTES_PER_GB, BYTES_PER_MB
 from lightning_perf.analysis.trace_figures import BlockingCall, MemcpyKind, TraceFigures
 from lightning_perf.traces.breakdown import CATEGORIES, Breakdown, step_breakdown
 from lightning_perf.traces.gpu_timeline import (
@@ -80,9 +81,6 @@ TENSOR_CORE_ELIGIBLE = re.compile(
 # Triton (torch.compile) kernels: whether they use tensor cores cannot be told from the name.
 TRITON_PREFIX = "triton_"
 _US_PER_MS = 1000.0
-# the project's units (metrics docs): MB 1e6 bytes, GB 1e9
-_BYTES_PER_MB = 1e6
-_BYTES_PER_GB = 1e9
 
 
 @functools.cache  # a few hundred distinct (interned) names against ~1e5 events
@@ -151,7 +149,7 @@ def _device(figures: TraceFigures, parsed: ParsedTrace) -> None:
         figures.compute_capability = [major, minor]
     total = first.get("totalGlobalMem")
     if isinstance(total, (int, float)) and total > 0:
-        figures.memory_capacity_gb = total / _BYTES_PER_GB
+        figures.memory_capacity_gb = total / BYTES_PER_GB
 
 
 def _inside(span: Span, window: tuple[float, float]) -> bool:
@@ -292,8 +290,8 @@ def _memory(figures: TraceFigures, parsed: ParsedTrace, steps: Sequence[StepSpan
         if last is not None:
             ends.append(last)
     figures.memory_absolute = parsed.memory_has_totals
-    figures.memory_peak_gb = max(m.allocated for m in series) / _BYTES_PER_GB
+    figures.memory_peak_gb = max(m.allocated for m in series) / BYTES_PER_GB
     if len(ends) >= 2:
         slope = statistics.linear_regression(range(len(ends)), ends).slope
-        figures.memory_growth_mb_per_step = slope / _BYTES_PER_MB
+        figures.memory_growth_mb_per_step = slope / BYTES_PER_MB
         figures.memory_growth_steps = sum(1 for a, b in zip(ends, ends[1:], strict=False) if b > a)
