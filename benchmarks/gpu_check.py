@@ -32,8 +32,14 @@ import torch  # noqa: E402
 from gpu_check_fits import FIT_CHECKS, NO_GPU, CheckResult, Context, result, skipped  # noqa: E402
 from gpu_check_state import STATE_CHECKS  # noqa: E402
 
-from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_UTIL, find_device, torch_cuda_pci, torch_cuda_uuid  # noqa: E402
-from lightning_perf.collect.utilization import UtilSampler  # noqa: E402
+from lightning_perf.collect.sampling.nvml import (  # noqa: E402
+    GPU_MEM_USED,
+    GPU_UTIL,
+    find_device,
+    torch_cuda_pci,
+    torch_cuda_uuid,
+)
+from lightning_perf.collect.sampling.utilization import UtilSampler  # noqa: E402
 
 # The brief's lines: ~3 s of bf16 matmuls read >= 90% utilization, ~3 s idle <= 10%.
 BUSY_S, IDLE_S = 3.0, 3.0

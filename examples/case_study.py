@@ -32,7 +32,7 @@ from examples.resnet18_cifar10 import (
     ResNet18Classifier,
 )
 from lightning_perf import PerfCallback
-from lightning_perf.analysis.rule_helpers import on_cuda
+from lightning_perf.analysis.rules.helpers import on_cuda
 from lightning_perf.analysis.summary import Finding, RunSummary
 
 STUDY_NAME = "resnet18_cifar10"

@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 from lightning_perf import PerfCallback
-from lightning_perf.analysis.comparison import format_value
 from lightning_perf.analysis.summary import RunSummary
+from lightning_perf.analysis.verdicts.comparison import format_value
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (1, 28, 28)

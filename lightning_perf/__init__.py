@@ -20,9 +20,9 @@ _PUBLIC = {
     "RunSummary": "lightning_perf.analysis.summary",
     "Finding": "lightning_perf.analysis.summary",
     "diagnose": "lightning_perf.analysis.diagnosis",
-    "compare": "lightning_perf.analysis.comparison",
-    "Comparison": "lightning_perf.analysis.comparison",
-    "MetricChange": "lightning_perf.analysis.statistics",
+    "compare": "lightning_perf.analysis.verdicts.comparison",
+    "Comparison": "lightning_perf.analysis.verdicts.comparison",
+    "MetricChange": "lightning_perf.analysis.verdicts.statistics",
     "run_trial": "lightning_perf.trial.api",
     "Variant": "lightning_perf.trial.spec",
     "TrialResult": "lightning_perf.trial.spec",
@@ -45,10 +45,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ imports on first use
-    from lightning_perf.analysis.comparison import Comparison, compare
     from lightning_perf.analysis.diagnosis import diagnose
-    from lightning_perf.analysis.statistics import MetricChange
     from lightning_perf.analysis.summary import Finding, RunSummary
+    from lightning_perf.analysis.verdicts.comparison import Comparison, compare
+    from lightning_perf.analysis.verdicts.statistics import MetricChange
     from lightning_perf.callback import PerfCallback
     from lightning_perf.errors import LightningPerfError
     from lightning_perf.trial.api import run_trial

@@ -19,6 +19,7 @@ from lightning_perf.collect import namespaces, run_state
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
+from lightning_perf.collect.sampling import sampler_start
 from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers, windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
@@ -280,24 +281,7 @@ class PerfCallback(*namespaces.callback_bases()):
 
     def _start_sampler(self, trainer: Trainer) -> None:
         self._stop_sampler()  # never two sampler threads, whatever called this twice
-        try:
-            from lightning_perf.collect.memory_trend import MemoryRecorder
-            from lightning_perf.collect.utilization import UtilSampler
-
-            device = trainer.strategy.root_device
-            cuda_devices = [device.index or 0] if device.type == "cuda" else []
-            # under strategy="ddp" rank 0 launched the other local ranks: they are not DataLoader workers
-            launcher = getattr(trainer.strategy, "launcher", None)
-            other_ranks = [proc.pid for proc in getattr(launcher, "procs", None) or []]
-            memory = MemoryRecorder(lambda: trainer.global_step, cuda_devices[0] if cuda_devices else None)
-            self._sampler = UtilSampler(
-                self.config.util_interval_s, cuda_devices, exclude_pids=other_ranks, memory=memory
-            )
-            self._sampler.pause()  # the first epoch's start is not a step: the first batch resumes it
-            self._sampler.start()
-        except Exception as err:
-            log.warning(f"lightning-perf: utilization sampling is off: {err}")
-            self._sampler = None
+        self._sampler = sampler_start.start_for(trainer, self.config.util_interval_s)
 
     def _stop_sampler(self) -> Any:
         sampler, self._sampler = self._sampler, None

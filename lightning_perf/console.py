@@ -1,6 +1,6 @@
 """How lightning-perf tells the user things: Python logging under the ``lightning_perf`` logger.
 
-Every module logs through a child logger (``console.logger(__name__)``, e.g. ``lightning_perf.collect.utilization``)
+Every module logs through a child logger (``console.logger(__name__)``, e.g. ``lightning_perf.collect.sampling.utilization``)
 that propagates, so the user's logging set-up routes, filters or silences it as it does for Lightning's own
 messages (``logging.getLogger("lightning_perf").setLevel(logging.WARNING)`` silences the info lines).
 ``warnings.warn`` is kept for misuse only (an argument that works against its purpose).

@@ -1,4 +1,4 @@
-"""A fake of the nvidia-ml-py (``pynvml``) module: the calls lightning_perf.collect.nvml makes, on scripted GPUs.
+"""A fake of the nvidia-ml-py (``pynvml``) module: the calls lightning_perf.collect.sampling.nvml makes, on scripted GPUs.
 
 Pass a :class:`FakeNvml` as ``UtilSampler(nvml=...)``. Readings are scripted per GPU: each read takes the next
 value of its list and repeats the last one once the list is used up. Errors carry the same codes and class

@@ -129,8 +129,10 @@ def test_plan_applies_what_the_example_knows_and_says_why_not_the_rest():
 
 
 def test_case_study_measures_before_and_after_with_an_interval(tmp_path, capsys):
-    pytest.importorskip("lightning_perf.analysis.statistics", reason="the repeated measurement (issue 16)")
-    from lightning_perf.analysis.statistics import MetricChange  # noqa: F401  (the contract's class)
+    pytest.importorskip(
+        "lightning_perf.analysis.verdicts.statistics", reason="the repeated measurement (issue 16)"
+    )
+    from lightning_perf.analysis.verdicts.statistics import MetricChange  # noqa: F401  (the contract's class)
 
     findings = cpu_case_study_summary(tmp_path / "before.json")
     argv = ["--smoke", "--from-summary", str(findings), "--log-dir", str(tmp_path)]

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from lightning_perf.analysis import (
-    rules_device,
-    rules_input,
-    rules_memory,
-    rules_noise,
-    rules_pipeline,
-    rules_run,
-)
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.rules import device as rules_device
+from lightning_perf.analysis.rules import inputs as rules_input
+from lightning_perf.analysis.rules import memory as rules_memory
+from lightning_perf.analysis.rules import noise as rules_noise
+from lightning_perf.analysis.rules import pipeline as rules_pipeline
+from lightning_perf.analysis.rules import run as rules_run
+from lightning_perf.analysis.rules.thresholds import SETTING_TARGETS, SEVERITY_ORDER
 from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import SETTING_TARGETS, SEVERITY_ORDER
 
 # Rule order within one severity is the order findings are shown in.
 RULES = (

@@ -20,9 +20,9 @@ from rich.table import Table
 from lightning_perf.analysis import markdown
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rule_helpers import change_text
+from lightning_perf.analysis.rules.helpers import change_text
+from lightning_perf.analysis.rules.thresholds import SETTING_TARGETS, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import SETTING_TARGETS, VERDICTS
 
 
 def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:

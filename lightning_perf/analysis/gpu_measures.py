@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rule_helpers import on_cuda
+from lightning_perf.analysis.rules.helpers import on_cuda
 from lightning_perf.analysis.summary import RunSummary
 
 

@@ -4,7 +4,7 @@
 caching allocator holds in live tensors (``torch.cuda.memory_allocated``), each point with the global step it
 was read at; with the capacities a growth would run into. :func:`fit_growth` fits MB per step over a series
 (Theil-Sen with its 95% interval, Kendall's tau for "monotone-ish"), leaving out the warm-up; the rule that
-turns it into a finding is :mod:`lightning_perf.analysis.rules_memory`. Pure: no torch, no Lightning.
+turns it into a finding is :mod:`lightning_perf.analysis.rules.memory`. Pure: no torch, no Lightning.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lightning_perf.analysis.numbers import finite
-from lightning_perf.analysis.thresholds import (
+from lightning_perf.analysis.rules.thresholds import (
     MEMORY_LATE_SLOPE_SHARE,
     MEMORY_MIN_POINTS,
     MEMORY_MIN_TAU,

@@ -7,8 +7,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from lightning_perf.analysis.comparison import CompareError, check_summary
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.analysis.verdicts.comparison import CompareError, check_summary
 
 
 def natural_key(text: str) -> list[Any]:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_perf.analysis.memory_series import MemorySeries
-from lightning_perf.analysis.statistics import median_interval
 from lightning_perf.analysis.trace_figures import TraceFigures
+from lightning_perf.analysis.verdicts.statistics import median_interval
 from lightning_perf.atomic_file import atomic_open
 from lightning_perf.errors import LightningPerfError
 
@@ -175,7 +175,7 @@ class UtilizationSummary:
 
 @dataclass
 class MachineState:
-    """What else the machine did while the run measured (see ``lightning_perf.collect.machine_state``).
+    """What else the machine did while the run measured (see ``lightning_perf.collect.sampling.machine_state``).
 
     ``other_cores`` is CPU time used by other processes (the whole machine's busy time minus this process and
     its children, e.g. DataLoader workers) per second of the run, in cores; ``steal_pct`` is the share of CPU

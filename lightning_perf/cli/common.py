@@ -6,8 +6,8 @@ import argparse
 import math
 import sys
 
-from lightning_perf.analysis.comparison import Comparison
-from lightning_perf.analysis.regression_gate import gate_lines, regressions
+from lightning_perf.analysis.verdicts.comparison import Comparison
+from lightning_perf.analysis.verdicts.regression_gate import gate_lines, regressions
 from lightning_perf.atomic_file import describe_os_error
 
 EXIT_OK = 0

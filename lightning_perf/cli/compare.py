@@ -20,11 +20,11 @@ import json
 import os
 import sys
 
-from lightning_perf.analysis.comparison import CompareError, compare
-from lightning_perf.analysis.comparison_metrics import labels_from_settings
-from lightning_perf.analysis.comparison_render import render_markdown, render_text, to_json
 from lightning_perf.analysis.run_discovery import baseline_index, common_root, find_runs, load_summary
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, SummaryError
+from lightning_perf.analysis.verdicts.comparison import CompareError, compare
+from lightning_perf.analysis.verdicts.comparison_metrics import labels_from_settings
+from lightning_perf.analysis.verdicts.comparison_render import render_markdown, render_text, to_json
 from lightning_perf.cli.common import EXIT_OK, add_fail_if_slower, add_format, error, gate
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_png, write_tensorboard
 

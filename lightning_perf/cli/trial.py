@@ -32,7 +32,7 @@ import math
 import os
 import sys
 
-from lightning_perf.analysis.comparison import CompareError
+from lightning_perf.analysis.verdicts.comparison import CompareError
 from lightning_perf.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,

@@ -17,8 +17,8 @@ from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import fetch_timing
 from lightning_perf.collect.cuda_events import CudaStepEvents
-from lightning_perf.collect.machine_state import MachineWatch
 from lightning_perf.collect.profiler_window import ProfilerWindow
+from lightning_perf.collect.sampling.machine_state import MachineWatch
 from lightning_perf.collect.step_clock import StepClock
 from lightning_perf.errors import ConfigError
 

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from lightning_perf.analysis.numbers import finite, is_number
 from lightning_perf.analysis.summary import Settings
-from lightning_perf.collect.cpu_sampler import usable_cpu_count
+from lightning_perf.collect.sampling.cpu_sampler import usable_cpu_count
 
 
 def train_dataloader(trainer: Any) -> DataLoader | None:

@@ -27,8 +27,8 @@ from __future__ import annotations
 from array import array
 
 from lightning_perf.analysis import metrics
-from lightning_perf.analysis.statistics import share_interval
 from lightning_perf.analysis.summary import Distribution, TimingSummary, thinned
+from lightning_perf.analysis.verdicts.statistics import share_interval
 from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
 
 # metric tags, logged per window (lightning_perf.analysis.metrics has their units and meanings)

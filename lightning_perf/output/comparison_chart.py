@@ -10,8 +10,8 @@ import os
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from lightning_perf.analysis.comparison import CompareError, Comparison, MetricRow, format_value
-from lightning_perf.analysis.comparison_render import render_markdown
+from lightning_perf.analysis.verdicts.comparison import CompareError, Comparison, MetricRow, format_value
+from lightning_perf.analysis.verdicts.comparison_render import render_markdown
 from lightning_perf.atomic_file import atomic_path, describe_os_error
 
 if TYPE_CHECKING:

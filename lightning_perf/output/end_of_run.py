@@ -17,9 +17,9 @@ from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.atomic_file import describe_os_error
-from lightning_perf.collect.machine_state import with_gpu_clocks
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
+from lightning_perf.collect.sampling.machine_state import with_gpu_clocks
 from lightning_perf.collect.schedule import ProfileSchedule
 from lightning_perf.collect.settings_fingerprint import collect_settings, train_dataloader
 from lightning_perf.collect.step_clock import STEP_TIME_MS

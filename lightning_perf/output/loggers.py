@@ -86,7 +86,7 @@ def publish_run_end(trainer: Any, summary: Any, markdown: str | None, summary_pa
 
 
 def summary_metrics(summary: Any) -> dict[str, float]:
-    from lightning_perf.analysis.comparison import headline_metrics
+    from lightning_perf.analysis.verdicts.comparison import headline_metrics
 
     return {registry.summary_metric(key).tag: value for key, value in headline_metrics(summary).items()}
 

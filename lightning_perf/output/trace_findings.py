@@ -4,7 +4,7 @@ After the last step, every saved cycle with CUDA activity is read once, streamed
 uncompressed trace on one core, see benchmarks/README.md): its
 :class:`~lightning_perf.analysis.trace_figures.TraceFigures` go into the summary, its kernel-busy shares (all
 kernels, and compute kernels only) are logged at the step the cycle was recorded, its findings
-(:mod:`lightning_perf.analysis.rules_trace`) join the diagnosis, and the chart goes to TensorBoard's Images tab.
+(:mod:`lightning_perf.analysis.rules.trace`) join the diagnosis, and the chart goes to TensorBoard's Images tab.
 A trace that cannot be read costs one warning, never the run.
 """
 
@@ -17,9 +17,9 @@ import statistics
 from typing import Any
 
 from lightning_perf.analysis import metrics
-from lightning_perf.analysis.rules_trace import diagnose_trace
+from lightning_perf.analysis.rules.thresholds import SEVERITY_ORDER
+from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import Finding, GpuUtilization, RunSummary
-from lightning_perf.analysis.thresholds import SEVERITY_ORDER
 from lightning_perf.output import loggers as tensorboard
 
 KERNEL_BUSY_PCT = metrics.KERNEL_BUSY.tag

@@ -33,11 +33,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_perf.analysis.numbers import finite, whole
-from lightning_perf.analysis.rules_noise import noisy_machine
+from lightning_perf.analysis.rules.noise import noisy_machine
+from lightning_perf.analysis.rules.thresholds import WORKERS_MARGIN
 from lightning_perf.analysis.summary import RunSummary
-from lightning_perf.analysis.thresholds import WORKERS_MARGIN
-from lightning_perf.collect.machine_state import MachineWatch
-from lightning_perf.collect.utilization import usable_cpu_count
+from lightning_perf.collect.sampling.machine_state import MachineWatch
+from lightning_perf.collect.sampling.utilization import usable_cpu_count
 
 # Delivery must beat the model's compute rate by this factor (shared with the diagnosis' estimate).
 DEFAULT_MARGIN = WORKERS_MARGIN

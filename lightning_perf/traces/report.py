@@ -4,7 +4,7 @@ PATH is a run dir, any folder or one trace file. Every Chrome/Kineto trace direc
 recognised by its content whatever its name (``*.pt.trace.json[.gz]``, HTA's ``rank-N.json.gz``, ``test.json.gz``);
 other JSON (``perf_summary.json``, hparams) is skipped silently. For every trace (one profiled cycle each): the
 figures of :func:`lightning_perf.traces.gpu_figures.trace_figures` (GPU timeline, blocking calls, copies, tensor
-cores, memory) and their findings (:mod:`lightning_perf.analysis.rules_trace`); several ranks get a cross-rank
+cores, memory) and their findings (:mod:`lightning_perf.analysis.rules.trace`); several ranks get a cross-rank
 table. Also the time of each ProfilerStep split
 into torch-tb-profiler's Overview categories (DataLoader, CPU Exec, Kernel, Memcpy, Memset, Communication,
 Runtime, Other; see :func:`lightning_perf.traces.analysis.step_breakdown`) and their averages, the top
@@ -25,7 +25,7 @@ import os
 import zlib
 from typing import Any
 
-from lightning_perf.analysis.rules_trace import diagnose_trace
+from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.errors import LightningPerfError

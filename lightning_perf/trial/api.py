@@ -25,11 +25,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from lightning_perf.analysis.comparison import CompareError, compare
-from lightning_perf.analysis.comparison_render import to_json
-from lightning_perf.analysis.rounds import pooled, without_warmup
 from lightning_perf.analysis.run_discovery import load_summary
 from lightning_perf.analysis.summary import RunSummary, SummaryError
+from lightning_perf.analysis.verdicts.comparison import CompareError, compare
+from lightning_perf.analysis.verdicts.comparison_render import to_json
+from lightning_perf.analysis.verdicts.rounds import pooled, without_warmup
 from lightning_perf.atomic_file import atomic_open
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_tensorboard
 from lightning_perf.trial.progress import Progress

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lightning_perf.analysis.comparison import Comparison
-from lightning_perf.analysis.comparison_render import render_markdown, render_text, to_json
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.analysis.verdicts.comparison import Comparison
+from lightning_perf.analysis.verdicts.comparison_render import render_markdown, render_text, to_json
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
 

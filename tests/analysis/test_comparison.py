@@ -8,14 +8,6 @@ import sys
 
 import pytest
 
-from lightning_perf.analysis.comparison import ENVIRONMENT_KEYS, Comparison, check_summary, compare
-from lightning_perf.analysis.comparison_render import (
-    format_change,
-    from_json,
-    render_markdown,
-    render_text,
-    to_json,
-)
 from lightning_perf.analysis.summary import (
     CpuUtilization,
     Distribution,
@@ -24,6 +16,14 @@ from lightning_perf.analysis.summary import (
     Settings,
     TimingSummary,
     UtilizationSummary,
+)
+from lightning_perf.analysis.verdicts.comparison import ENVIRONMENT_KEYS, Comparison, check_summary, compare
+from lightning_perf.analysis.verdicts.comparison_render import (
+    format_change,
+    from_json,
+    render_markdown,
+    render_text,
+    to_json,
 )
 
 
@@ -294,7 +294,7 @@ def test_check_summary_rejects_malformed_fields():
 
 def test_compare_module_is_pure():
     code = (
-        "import sys, lightning_perf.analysis.comparison\n"
+        "import sys, lightning_perf.analysis.verdicts.comparison\n"
         "heavy = {'lightning', 'pytorch_lightning', 'tensorboard', 'matplotlib', 'torch'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
     )

@@ -16,6 +16,7 @@ from lightning_perf.analysis.findings_render import (
     render_markdown,
     render_probe_markdown,
 )
+from lightning_perf.analysis.rules.thresholds import SEVERITY_ORDER
 from lightning_perf.analysis.summary import (
     CpuUtilization,
     Distribution,
@@ -27,7 +28,6 @@ from lightning_perf.analysis.summary import (
     TimingSummary,
     UtilizationSummary,
 )
-from lightning_perf.analysis.thresholds import SEVERITY_ORDER
 
 
 def dist(median: float) -> Distribution:

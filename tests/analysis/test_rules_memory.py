@@ -9,13 +9,13 @@ import random
 
 import pytest
 
-from lightning_perf.analysis import thresholds as t
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.memory_series import Growth, MemorySeries, fit_growth
-from lightning_perf.analysis.rules_memory import capacity_finding, memory_growth
+from lightning_perf.analysis.rules import thresholds as t
+from lightning_perf.analysis.rules.memory import capacity_finding, memory_growth
+from lightning_perf.analysis.rules.trace_thresholds import MEMORY_NEAR_CAPACITY_PCT, MEMORY_ROOM_PCT
 from lightning_perf.analysis.summary import RunSummary, SummaryError
 from lightning_perf.analysis.trace_figures import TraceFigures
-from lightning_perf.analysis.trace_thresholds import MEMORY_NEAR_CAPACITY_PCT, MEMORY_ROOM_PCT
 from lightning_perf.output.trace_findings import with_trace_findings
 
 STEPS = list(range(101))  # the fit sees steps 20..100 after the warm-up fifth: a span of 80 steps

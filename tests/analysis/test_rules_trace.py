@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_perf.analysis import trace_thresholds as t
-from lightning_perf.analysis.rules_trace import (
+from lightning_perf.analysis.rules import trace_thresholds as t
+from lightning_perf.analysis.rules.thresholds import INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT
+from lightning_perf.analysis.rules.trace import (
     diagnose_trace,
     exposed_communication,
     gpu_idle,
@@ -16,7 +17,6 @@ from lightning_perf.analysis.rules_trace import (
     mixed_precision,
     pageable_memcpy,
 )
-from lightning_perf.analysis.thresholds import INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT
 from lightning_perf.analysis.trace_figures import BlockingCall, TraceFigures
 
 EPS = 0.01

@@ -5,10 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightning_perf.analysis.comparison import compare
-from lightning_perf.analysis.comparison_render import from_json, render_markdown, render_text, to_json
-from lightning_perf.analysis.regression_gate import gate_lines, regressions
-from lightning_perf.analysis.statistics import (
+from lightning_perf.analysis.summary import Distribution, RunSummary, Settings, TimingSummary
+from lightning_perf.analysis.verdicts.comparison import compare
+from lightning_perf.analysis.verdicts.comparison_render import (
+    from_json,
+    render_markdown,
+    render_text,
+    to_json,
+)
+from lightning_perf.analysis.verdicts.regression_gate import gate_lines, regressions
+from lightning_perf.analysis.verdicts.statistics import (
     FASTER,
     NO_DIFFERENCE,
     SLOWER,
@@ -17,7 +23,6 @@ from lightning_perf.analysis.statistics import (
     median_interval,
     share_interval,
 )
-from lightning_perf.analysis.summary import Distribution, RunSummary, Settings, TimingSummary
 
 SEEDS = 200
 
@@ -122,9 +127,9 @@ def test_median_and_share_intervals():
 def test_trial_variants_with_equal_fingerprints_are_not_called_same_settings():
     """Variants that differ in code (e.g. batched transforms) have equal settings fingerprints: the verdict
     must not call their difference noise just because the fingerprint sees none."""
-    from lightning_perf.analysis.comparison import compare
-    from lightning_perf.analysis.comparison_render import from_json, render_text, to_json
     from lightning_perf.analysis.summary import Distribution, RunSummary, TimingSummary
+    from lightning_perf.analysis.verdicts.comparison import compare
+    from lightning_perf.analysis.verdicts.comparison_render import from_json, render_text, to_json
 
     def run(median: float) -> RunSummary:
         step = Distribution(50, median, median, median * 1.1, median * 0.9, median * 1.2)

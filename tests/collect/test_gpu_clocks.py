@@ -8,10 +8,10 @@ import warnings
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.summary import MachineState, RunSummary
-from lightning_perf.collect import utilization
-from lightning_perf.collect.machine_state import with_gpu_clocks
-from lightning_perf.collect.nvml import GPU_SM_CLOCK, GPU_UTIL, SLOWDOWN
-from lightning_perf.collect.utilization import UtilSampler
+from lightning_perf.collect.sampling import utilization
+from lightning_perf.collect.sampling.machine_state import with_gpu_clocks
+from lightning_perf.collect.sampling.nvml import GPU_SM_CLOCK, GPU_UTIL, SLOWDOWN
+from lightning_perf.collect.sampling.utilization import UtilSampler
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.helpers import TinyModel, loader, trainer
 

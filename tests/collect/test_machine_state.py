@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from lightning_perf.collect.machine_state import MachineWatch
+from lightning_perf.collect.sampling.machine_state import MachineWatch
 
 BURN_S = 1.0
 

@@ -10,9 +10,9 @@ import torch
 
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.summary import RunSummary
-from lightning_perf.collect import memory_trend
-from lightning_perf.collect.memory_trend import MemoryRecorder, cgroup_memory, ram_capacity
-from lightning_perf.collect.utilization import UtilSampler
+from lightning_perf.collect.sampling import memory_trend
+from lightning_perf.collect.sampling.memory_trend import MemoryRecorder, cgroup_memory, ram_capacity
+from lightning_perf.collect.sampling.utilization import UtilSampler
 from tests.fake_nvml import four_gpus
 
 MB = 10**6

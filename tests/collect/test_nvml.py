@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_POWER, GPU_UTIL
-from lightning_perf.collect.utilization import UtilSampler
+from lightning_perf.collect.sampling.nvml import GPU_MEM_USED, GPU_POWER, GPU_UTIL
+from lightning_perf.collect.sampling.utilization import UtilSampler
 from tests.fake_nvml import FakeGpu, FakeNvml, four_gpus, mig_instance
 
 LONG_INTERVAL_S = 3600.0
@@ -39,7 +39,7 @@ def bare(uuid: str) -> str:
 
 
 def test_uuid_spellings():
-    from lightning_perf.collect.nvml import uuid_candidates
+    from lightning_perf.collect.sampling.nvml import uuid_candidates
 
     assert uuid_candidates("ABCD-1") == ["GPU-abcd-1", "MIG-abcd-1"]
     assert uuid_candidates(b"gpu-ABCD-1") == ["GPU-abcd-1"]

@@ -14,15 +14,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from lightning_perf.collect import cpu_sampler, utilization
-from lightning_perf.collect.cpu_sampler import (
+from lightning_perf.collect.sampling import cpu_sampler, utilization
+from lightning_perf.collect.sampling.cpu_sampler import (
     CPU_UTIL,
     SYSTEM_CPU,
     WORKERS_CPU,
     PsutilBackend,
 )
-from lightning_perf.collect.nvml import GPU_MEM_USED, GPU_MEM_UTIL, GPU_POWER, GPU_UTIL
-from lightning_perf.collect.utilization import UtilSampler
+from lightning_perf.collect.sampling.nvml import GPU_MEM_USED, GPU_MEM_UTIL, GPU_POWER, GPU_UTIL
+from lightning_perf.collect.sampling.utilization import UtilSampler
 from tests.fake_nvml import (
     FakeGpu,
     FakeNvml,

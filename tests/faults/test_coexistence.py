@@ -15,7 +15,7 @@ import torch
 
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
-from lightning_perf.collect import utilization
+from lightning_perf.collect.sampling import utilization
 from lightning_perf.errors import ConfigError
 from lightning_perf.traces.reader import iter_events
 from tests.fake_nvml import FakeGpu, FakeNvml, NVMLError_GpuIsLost

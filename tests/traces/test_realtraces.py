@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_perf.analysis.rules_trace import diagnose_trace
+from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.traces.gpu_figures import trace_figures
 from lightning_perf.traces.report import build_report, find_traces

@@ -17,8 +17,8 @@ import yaml
 from lightning.pytorch import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lightning_perf.analysis.comparison_render import from_json
 from lightning_perf.analysis.summary import RunSummary
+from lightning_perf.analysis.verdicts.comparison_render import from_json
 from lightning_perf.cli import main
 from lightning_perf.output.comparison_chart import TEXT_TAG
 from lightning_perf.trial.api import run_trial

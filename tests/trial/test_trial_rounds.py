@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_perf.analysis.statistics import SLOWER, MetricChange
 from lightning_perf.analysis.summary import RunSummary
+from lightning_perf.analysis.verdicts.statistics import SLOWER, MetricChange
 from lightning_perf.cli import main
 from lightning_perf.trial.api import run_trial
 from lightning_perf.trial.spec import Variant

@@ -1,6 +1,6 @@
 """The utilization sampler's running statistics: sums, counts and peaks per metric, and what they give.
 
-Kept apart from :mod:`lightning_perf.collect.utilization` (the sampler's thread and backends) so each stays short.
+Kept apart from :mod:`lightning_perf.collect.sampling.utilization` (the sampler's thread and backends) so each stays short.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_perf.analysis.summary import GpuUtilization
-from lightning_perf.collect.nvml import (
+from lightning_perf.collect.sampling.nvml import (
     GPU_MEM_USED,
     GPU_MEM_UTIL,
     GPU_POWER,

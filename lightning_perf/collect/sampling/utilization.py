@@ -14,8 +14,8 @@ training, so a sample does little Python work: NVML handles are resolved once at
 for new workers (which reads every process in /proc) runs at most every :data:`CHILD_RESCAN_S`.
 
 This module holds the sampler and its statistics; the CPU side (:class:`PsutilBackend`) is in
-:mod:`lightning_perf.collect.cpu_sampler`, the NVML side (the rank's own device found by UUID,
-:class:`~lightning_perf.collect.nvml.NvmlBackend`) in :mod:`lightning_perf.collect.nvml`.
+:mod:`lightning_perf.collect.sampling.cpu_sampler`, the NVML side (the rank's own device found by UUID,
+:class:`~lightning_perf.collect.sampling.nvml.NvmlBackend`) in :mod:`lightning_perf.collect.sampling.nvml`.
 
 Example::
 
@@ -37,7 +37,7 @@ from typing import Any
 from lightning_perf import console
 from lightning_perf.analysis.numbers import finite, whole
 from lightning_perf.analysis.summary import CpuUtilization, GpuUtilization, UtilizationSummary
-from lightning_perf.collect.cpu_sampler import (
+from lightning_perf.collect.sampling.cpu_sampler import (
     CPU_UTIL,
     PROCESS_RSS,
     SYSTEM_CPU,
@@ -46,8 +46,8 @@ from lightning_perf.collect.cpu_sampler import (
     PsutilBackend,
     usable_cpu_count,
 )
-from lightning_perf.collect.memory_trend import MemoryRecorder
-from lightning_perf.collect.nvml import (
+from lightning_perf.collect.sampling.memory_trend import MemoryRecorder
+from lightning_perf.collect.sampling.nvml import (
     GPU_KEYS,
     GPU_MEM_USED,
     GpuUnavailable,
@@ -57,7 +57,7 @@ from lightning_perf.collect.nvml import (
     torch_cuda_pci,
     torch_cuda_uuid,
 )
-from lightning_perf.collect.sampler_stats import Stats, clock_figures, gpu_figures
+from lightning_perf.collect.sampling.sampler_stats import Stats, clock_figures, gpu_figures
 
 __all__ = [
     "CPU_UTIL",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lightning_perf.analysis.comparison import CompareError, Comparison
-from lightning_perf.analysis.statistics import SLOWER
+from lightning_perf.analysis.verdicts.comparison import CompareError, Comparison
+from lightning_perf.analysis.verdicts.statistics import SLOWER
 
 
 def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:

@@ -14,7 +14,7 @@
 - :class:`GpuUnavailable` carries the reason NVML cannot measure at all, for the summary.
 
 The NVML module is passed in (tests pass a fake) and torch is imported only inside the two lookups; nothing
-from Lightning. :class:`lightning_perf.collect.utilization.UtilSampler` samples through this backend.
+from Lightning. :class:`lightning_perf.collect.sampling.utilization.UtilSampler` samples through this backend.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Before/after comparison of runs: settings that differ, each metric per run with its change and interval.
 
 Pure: takes :class:`~lightning_perf.analysis.summary.RunSummary` objects and returns plain data (a
-:class:`Comparison`); :mod:`lightning_perf.analysis.comparison_render` renders it as text, markdown or a
+:class:`Comparison`); :mod:`lightning_perf.analysis.verdicts.comparison_render` renders it as text, markdown or a
 JSON-ready dict. Each timing's change carries an interval and a verdict ("faster", "slower", "no measurable
-difference") from :mod:`lightning_perf.analysis.statistics`: from the per-step samples of single runs, or from
+difference") from :mod:`lightning_perf.analysis.verdicts.statistics`: from the per-step samples of single runs, or from
 the per-round ratios when runs were repeated in interleaved rounds (``rounds``). Imports nothing from
 Lightning, TensorBoard or matplotlib; ``lightning_perf.cli.compare`` does the files, the chart and TensorBoard.
 
@@ -20,7 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_perf.analysis.comparison_metrics import (
+from lightning_perf.analysis.numbers import finite as _finite
+from lightning_perf.analysis.rules.noise import BUSY_TITLE, noisy_machine
+from lightning_perf.analysis.summary import RunSummary
+from lightning_perf.analysis.verdicts.comparison_metrics import (
     ENVIRONMENT_KEYS,
     HEADLINE_KEY,
     METRICS,
@@ -30,16 +33,13 @@ from lightning_perf.analysis.comparison_metrics import (
     headline_metrics,
     settings_diffs,
 )
-from lightning_perf.analysis.numbers import finite as _finite
-from lightning_perf.analysis.rules_noise import BUSY_TITLE, noisy_machine
-from lightning_perf.analysis.statistics import (
+from lightning_perf.analysis.verdicts.statistics import (
     CONFIDENCE,
     NO_DIFFERENCE,
     MetricChange,
     compare_rounds,
     compare_samples,
 )
-from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.errors import LightningPerfError
 
 JSON_SCHEMA_NAME = "lightning-perf/comparison"

@@ -12,13 +12,13 @@ from typing import Any
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.numbers import whole
-from lightning_perf.analysis.rule_helpers import change_text, every_n, others, share_pct
-from lightning_perf.analysis.summary import Finding, RunSummary, Settings
-from lightning_perf.analysis.thresholds import (
+from lightning_perf.analysis.rules.helpers import change_text, every_n, others, share_pct
+from lightning_perf.analysis.rules.thresholds import (
     OVERHEAD_SHARE_PCT,
     STRAGGLER_MIN_GAP_MS,
     STRAGGLER_RATIO,
 )
+from lightning_perf.analysis.summary import Finding, RunSummary, Settings
 
 
 def _overhead(summary: RunSummary, kind: str, seconds: float) -> tuple[int, str] | None:

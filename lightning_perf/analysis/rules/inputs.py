@@ -8,21 +8,21 @@ from __future__ import annotations
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rule_helpers import (
+from lightning_perf.analysis.rules.helpers import (
     lightning_worker_bound,
     medians,
     on_cuda,
     suggest_workers,
     usable_cores,
 )
-from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import (
+from lightning_perf.analysis.rules.thresholds import (
     EPOCH_START_SHARE_PCT,
     INPUT_BOUND_HIGH_PCT,
     INPUT_BOUND_MODERATE_PCT,
     VERDICTS,
     WORKER_SATURATED_PCT,
 )
+from lightning_perf.analysis.summary import Finding, RunSummary
 
 # Fewer timed steps than this make an input-bound verdict a guess: worker start-up and the first prefetch
 # burst (torch's DataLoader keeps prefetch_factor=2 batches per worker in flight) fill the first batches'

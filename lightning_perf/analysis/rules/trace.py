@@ -9,11 +9,9 @@ from __future__ import annotations
 from lightning_perf.analysis.diagnosis import input_bound_verdict
 from lightning_perf.analysis.numbers import MB_PER_GB
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rules_memory import LEAK_RECOMMENDATION, capacity_finding
-from lightning_perf.analysis.summary import Finding
-from lightning_perf.analysis.thresholds import BF16_MIN_CC, SEVERITY_ORDER, TENSOR_CORE_MIN_CC, VERDICTS
-from lightning_perf.analysis.trace_figures import TraceFigures
-from lightning_perf.analysis.trace_thresholds import (
+from lightning_perf.analysis.rules.memory import LEAK_RECOMMENDATION, capacity_finding
+from lightning_perf.analysis.rules.thresholds import BF16_MIN_CC, SEVERITY_ORDER, TENSOR_CORE_MIN_CC, VERDICTS
+from lightning_perf.analysis.rules.trace_thresholds import (
     EXPOSED_COMM_HIGH_PCT,
     EXPOSED_COMM_MEDIUM_PCT,
     GPU_IDLE_HIGH_PCT,
@@ -27,6 +25,8 @@ from lightning_perf.analysis.trace_thresholds import (
     MIXED_PRECISION_MEDIUM_PCT,
     PAGEABLE_MEMCPY_MEDIUM_PCT,
 )
+from lightning_perf.analysis.summary import Finding
+from lightning_perf.analysis.trace_figures import TraceFigures
 
 
 def _bound(figures: TraceFigures) -> bool:

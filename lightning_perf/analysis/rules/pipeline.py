@@ -15,9 +15,9 @@ from typing import Any
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rule_helpers import probe_value, usable_cores
+from lightning_perf.analysis.rules.helpers import probe_value, usable_cores
+from lightning_perf.analysis.rules.thresholds import CORES_BUSY_SHARE, PROBE_GAIN_MIN, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import CORES_BUSY_SHARE, PROBE_GAIN_MIN, VERDICTS
 
 RECIPE = "batched_transforms"
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.summary import Finding, MachineState, RunSummary
-from lightning_perf.analysis.thresholds import (
+from lightning_perf.analysis.rules.thresholds import (
     NOISY_GPU_SLOWDOWN_PCT,
     NOISY_OTHER_CPU_SHARE,
     NOISY_STEAL_PCT,
 )
+from lightning_perf.analysis.summary import Finding, MachineState, RunSummary
 
 BUSY_TITLE = "The machine was busy with other work while this run measured"
 GPU_SLOWED_TITLE = "The GPU's clocks were held down while this run measured"

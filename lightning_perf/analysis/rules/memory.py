@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from lightning_perf.analysis.memory_series import Growth, MemorySeries, fit_growth
 from lightning_perf.analysis.numbers import MB_PER_GB, finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import (
+from lightning_perf.analysis.rules.thresholds import (
     GPU_GROWTH_MIN_MB,
     MEMORY_ETA_HIGH_RUNS,
     RSS_GROWTH_MIN_MB,
 )
-from lightning_perf.analysis.trace_thresholds import (
+from lightning_perf.analysis.rules.trace_thresholds import (
     MEMORY_GROWTH_MIN_MB_PER_STEP,
     MEMORY_NEAR_CAPACITY_PCT,
     MEMORY_ROOM_PCT,
 )
+from lightning_perf.analysis.summary import Finding, RunSummary
 
 LEAK_RECOMMENDATION = (
     "Keep no tensors with their graph across steps: store `loss.detach()` (or `.item()` at epoch end), not "

@@ -1,4 +1,4 @@
-"""Rendering a :class:`~lightning_perf.analysis.comparison.Comparison`: text and markdown tables, JSON.
+"""Rendering a :class:`~lightning_perf.analysis.verdicts.comparison.Comparison`: text and markdown tables, JSON.
 
 Pure. Every timing's cell shows the value with its own 95% interval in brackets and, beside it, the change
 against the baseline with the interval of the ratio; the method behind the verdict is printed under it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lightning_perf.analysis.comparison import (
+from lightning_perf.analysis.verdicts.comparison import (
     DEFAULT_DECIMALS,
     JSON_SCHEMA_NAME,
     JSON_SCHEMA_VERSION,
@@ -23,7 +23,7 @@ from lightning_perf.analysis.comparison import (
     format_value,
     plain_text,
 )
-from lightning_perf.analysis.statistics import FASTER, NO_DIFFERENCE, MetricChange
+from lightning_perf.analysis.verdicts.statistics import FASTER, NO_DIFFERENCE, MetricChange
 
 
 def change_note(before: float | None, after: float | None, unit: str, better: str | None) -> str:

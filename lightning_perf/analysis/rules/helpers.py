@@ -8,8 +8,8 @@ from typing import Any
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.numbers import whole
+from lightning_perf.analysis.rules.thresholds import CUDA_ACCELERATORS, OVERHEAD_SHARE_PCT, WORKERS_MARGIN
 from lightning_perf.analysis.summary import RunSummary
-from lightning_perf.analysis.thresholds import CUDA_ACCELERATORS, OVERHEAD_SHARE_PCT, WORKERS_MARGIN
 
 
 def medians(summary: RunSummary) -> str:

@@ -10,15 +10,15 @@ from typing import Any
 from lightning_perf.analysis.gpu_measures import gpu_busy_measures
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rule_helpers import on_cuda
-from lightning_perf.analysis.summary import Finding, RunSummary
-from lightning_perf.analysis.thresholds import (
+from lightning_perf.analysis.rules.helpers import on_cuda
+from lightning_perf.analysis.rules.thresholds import (
     BF16_MIN_CC,
     FULL_PRECISION,
     LOW_GPU_UTIL_PCT,
     TENSOR_CORE_MIN_CC,
     VERDICTS,
 )
+from lightning_perf.analysis.summary import Finding, RunSummary
 
 # The cudnn.benchmark A/B recommends the flag only when it measured at least a 5% gain. Our choice: the A/B
 # takes medians of 5 passes each way, whose run-to-run spread on a busy GPU is a few percent; below 5% the

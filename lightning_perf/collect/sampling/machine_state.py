@@ -6,7 +6,7 @@ time between the readings. Steal time (a hypervisor running other guests) comes 
 1-minute load average and the CPU frequency are read at the end where the platform has them. Two readings
 cost well under a millisecond and nothing runs in between: no thread, nothing on the training's path.
 
-GPU clocks and clock slowdown ("throttle") reasons are sampled by the NVML sampler (``collect/nvml.py``) during
+GPU clocks and clock slowdown ("throttle") reasons are sampled by the NVML sampler (``collect/sampling/nvml.py``) during
 the training steps; :func:`with_gpu_clocks` adds its figures to the state.
 """
 

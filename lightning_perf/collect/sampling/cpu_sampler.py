@@ -1,6 +1,6 @@
 """CPU figures of the training process and its DataLoader workers through psutil, as rates between reads.
 
-:class:`PsutilBackend` is what :class:`lightning_perf.collect.utilization.UtilSampler` reads on its thread for
+:class:`PsutilBackend` is what :class:`lightning_perf.collect.sampling.utilization.UtilSampler` reads on its thread for
 the ``perf/*cpu*`` and ``perf/*rss*`` metrics; :func:`usable_cpu_count` is the cores this process may use.
 """
 
