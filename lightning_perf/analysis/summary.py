@@ -132,6 +132,10 @@ class TimingSummary:
     # per-step samples in step order (at most MAX_SAMPLES, evenly thinned): step time and its DataLoader wait
     step_samples_ms: list[float] = field(default_factory=list)
     wait_samples_ms: list[float] = field(default_factory=list)
+    # None: every step was kept and the distributions are exact. A run longer than the exact bound
+    # (lightning_perf.collect.step_history) has medians and percentiles from a quantile sketch, each within this
+    # relative error of the exact value (means, counts, minimum and maximum stay exact).
+    sketch_relative_accuracy: float | None = None
 
 
 @dataclass

@@ -14,8 +14,10 @@ The callback feeds it timestamps (``time.perf_counter()`` seconds) taken around 
 The first fetch of every epoch (iterator creation, worker start-up) is reported apart as
 ``epoch_start_ms`` and that batch is left out of the per-step figures. Steps are aggregated per logging
 window (means) and per run (median with its interval, p10, p90). The summary keeps up to
-``MAX_SAMPLES`` per-step samples (evenly thinned) for the tests ``compare`` runs on them; the arrays here hold
-8 bytes a step each (a million steps: 24 MB). No Lightning import; no device synchronisation.
+``MAX_SAMPLES`` per-step samples (evenly thinned) for the tests ``compare`` runs on them. The arrays here hold
+24 bytes a step, up to :data:`~lightning_perf.collect.step_history.EXACT_STEPS` steps; past that, each logging
+window folds them into a quantile sketch (:mod:`lightning_perf.collect.step_history`), so memory stays flat
+over ten million steps. No Lightning import; no device synchronisation.
 
 On CUDA a :class:`~lightning_perf.collect.cuda_events.CudaStepEvents` rides along (``gpu``): the same
 protocol records CUDA events (``gpu_boundary()`` is called before each fetch), and the windows and the summary
@@ -30,6 +32,7 @@ from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import Distribution, TimingSummary, thinned
 from lightning_perf.analysis.verdicts.statistics import share_interval
 from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
+from lightning_perf.collect.step_history import EXACT_STEPS, SKETCH_RELATIVE_ACCURACY, FoldedSteps
 
 # metric tags, logged per window (lightning_perf.analysis.metrics has their units and meanings)
 STEP_TIME_MS = metrics.STEP_TIME.tag
@@ -60,6 +63,7 @@ class StepClock:
         self._wait_ms = array("d")
         self._samples = array("q")  # -1: the batch size was not found
         self._window_start = 0
+        self._folded = FoldedSteps()  # the steps before the arrays' first, once a long run passed EXACT_STEPS
         self.window_steps = (
             0  # steps closed since the window started: read after every batch, so kept as a count
         )
@@ -140,34 +144,46 @@ class StepClock:
 
     @property
     def steps(self) -> int:
-        return len(self._step_ms)
+        return self._folded.count + len(self._step_ms)
 
     def take_window(self) -> dict[str, float]:
         """Window metrics (means over the steps closed since the last call); resets the window."""
         start, self._window_start = self._window_start, len(self._step_ms)
         self.window_steps = 0
         figures = self._figures(start, self._window_start)
+        if self._window_start > EXACT_STEPS:  # a long run: fold every closed step into the sketches
+            self._folded.fold(self._step_ms, self._wait_ms, self._samples)
+            self._step_ms, self._wait_ms, self._samples = array("d"), array("d"), array("q")
+            self._window_start = 0
         if self.gpu is not None:
             figures.update(self.gpu.take_window())
         return figures
 
-    def _figures(self, start: int, end: int) -> dict[str, float]:
-        steps = end - start
-        step_ms = sum(self._step_ms[start:end])
+    def _figures(self, start: int, end: int, folded: FoldedSteps | None = None) -> dict[str, float]:
+        samples = self._samples[start:end]
+        steps, step_ms, wait_ms = end - start, sum(self._step_ms[start:end]), sum(self._wait_ms[start:end])
+        samples_known, samples_sum = (not samples or min(samples) >= 0), sum(samples)
+        if folded is not None and folded.count:
+            steps, step_ms, wait_ms = (
+                steps + folded.count,
+                step_ms + folded.step.total,
+                wait_ms + folded.wait.total,
+            )
+            samples_known, samples_sum = samples_known and folded.samples_known, samples_sum + folded.samples
         if steps == 0 or step_ms <= 0.0:
             return {}
-        wait_ms = sum(self._wait_ms[start:end])
         metrics = {STEP_TIME_MS: step_ms / steps, BATCHES_PER_SEC: steps / step_ms * 1e3}
         if self.measure_data_wait:
             metrics[DATA_WAIT_MS] = wait_ms / steps
             metrics[DATA_WAIT_PCT] = wait_ms / step_ms * 100.0
             metrics[COMPUTE_MS] = (step_ms - wait_ms) / steps
-        samples = self._samples[start:end]
-        if min(samples) >= 0:
-            metrics[SAMPLES_PER_SEC] = sum(samples) / step_ms * 1e3
+        if samples_known:
+            metrics[SAMPLES_PER_SEC] = samples_sum / step_ms * 1e3
         return metrics
 
     def summary(self, train_wall_s: float = 0.0) -> TimingSummary:
+        if self._folded.count:
+            return self._long_run_summary(train_wall_s)
         figures = self._figures(0, len(self._step_ms))
         summary = TimingSummary(
             steps=len(self._step_ms),
@@ -189,6 +205,36 @@ class StepClock:
             )
             summary.wait_samples_ms = thinned(self._wait_ms)
         summary.step_samples_ms = thinned(self._step_ms)
+        return self._finish_summary(summary)
+
+    def _long_run_summary(self, train_wall_s: float) -> TimingSummary:
+        """The summary of a run past EXACT_STEPS: exact means and counts, quantiles from the sketches."""
+        folded = self._folded
+        figures = self._figures(0, len(self._step_ms), folded)
+        summary = TimingSummary(
+            steps=self.steps,
+            samples=folded.samples + int(sum(self._samples)) if SAMPLES_PER_SEC in figures else 0,
+            step_time_ms=folded.step.distribution(self._step_ms),
+            epoch_start_ms=Distribution.of(self._epoch_start_ms),
+            epochs=self.epochs,
+            validation_s=self.gap_s.get("validation", 0.0),
+            checkpoint_s=self.gap_s.get("checkpoint", 0.0),
+            train_wall_s=train_wall_s,
+            batches_per_sec=figures.get(BATCHES_PER_SEC),
+            samples_per_sec=figures.get(SAMPLES_PER_SEC),
+            data_wait_pct=figures.get(DATA_WAIT_PCT),
+            sketch_relative_accuracy=SKETCH_RELATIVE_ACCURACY,
+        )
+        step_spaced, wait_spaced = folded.spaced(self._step_ms, self._wait_ms)
+        if figures and self.measure_data_wait:
+            summary.data_wait_ms = folded.wait.distribution(self._wait_ms)
+            compute_tail = array("d", [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)])
+            summary.compute_ms = folded.compute.distribution(compute_tail)
+            summary.wait_samples_ms = thinned(wait_spaced)
+        summary.step_samples_ms = thinned(step_spaced)
+        return self._finish_summary(summary)
+
+    def _finish_summary(self, summary: TimingSummary) -> TimingSummary:
         if summary.wait_samples_ms:  # from the kept samples: bounded cost however long the run
             interval = share_interval(summary.wait_samples_ms, summary.step_samples_ms)
             if interval is not None:

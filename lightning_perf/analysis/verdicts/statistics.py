@@ -87,17 +87,24 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     ``P(X(l) <= median <= X(n-l+1)) = 1 - 2 * P(B <= l-1)`` for ``B ~ Binomial(n, 1/2)``; ``l`` is the largest
     index keeping that at or above ``confidence``. ``None`` for fewer than 6 values (no such ``l``).
     """
+    ranks = median_interval_ranks(len(values), confidence)
+    if ranks is None:
+        return None
+    ordered = sorted(values)
+    return ordered[ranks[0] - 1], ordered[ranks[1] - 1]
+
+
+def median_interval_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+    """The 1-based ranks ``(l, n-l+1)`` of :func:`median_interval`'s order statistics; ``None`` below 6 values."""
     from scipy.stats import binom
 
     _check_confidence(confidence)
-    n = len(values)
     if n == 0:
         return None
     lower = int(binom.ppf((1.0 - confidence) / 2.0, n, 0.5))  # P(B <= lower - 1) < alpha / 2
     if lower < 1:
         return None
-    ordered = sorted(values)
-    return ordered[lower - 1], ordered[n - lower]
+    return lower, n - lower + 1
 
 
 def share_interval(
