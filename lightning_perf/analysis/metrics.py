@@ -213,7 +213,9 @@ COMPILE_TIME = _w(
     "torch.compile: seconds spent compiling in the window (dynamo and its backend, recompiles included); logged "
     "from the first compilation on, so 0 is a window that compiled nothing",
 )
-RECOMPILES = _w("compile", "recompiles", "count", "torch.compile: recompilations in the window (a guard failed)")
+RECOMPILES = _w(
+    "compile", "recompiles", "count", "torch.compile: recompilations in the window (a guard failed)"
+)
 
 # the figures `lightning-perf compare` compares, once per run: also the HParams tab's metrics
 STEP_TIME_MEDIAN = _s(

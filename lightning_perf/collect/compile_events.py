@@ -17,6 +17,7 @@ Where the torch in use lacks one of them, one info line says what is not measure
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -135,10 +136,8 @@ class CompileWatch:
             (getattr(self._handler, "remove_start_callback", None), self._started),
             (getattr(self._handler, "remove_end_callback", None), self._ended),
         ):
-            try:
+            with contextlib.suppress(Exception):  # already gone (torch._dynamo.callback_handler.clear())
                 remove(callback)
-            except Exception:  # already gone (torch._dynamo.callback_handler.clear())
-                pass
         try:
             return self._summarise()
         except Exception as err:

@@ -26,7 +26,14 @@ _SIZE = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\
 _INT_ATTRIBUTE = re.compile(r"(self(?:\.\w+)+) == -?\d+")
 # guards on the mode the code runs in: train/eval, grad mode, Lightning's own trainer state (self.log and
 # friends): each mode compiles once, a warm-up cost and no fault of the model
-_MODE_WORDS = ("_trainer", ".training", "grad_mode", "GLOBAL_STATE", "___check_global_state", "is_grad_enabled")
+_MODE_WORDS = (
+    "_trainer",
+    ".training",
+    "grad_mode",
+    "GLOBAL_STATE",
+    "___check_global_state",
+    "is_grad_enabled",
+)
 # a graph break inside Lightning itself: self.log is wrapped in torch.compiler.disable (every compiled step
 # that logs breaks there)
 _LIGHTNING_BREAKS = ("_ResultCollection", "lightning")
@@ -75,7 +82,13 @@ def _fix(causes: list[Cause], events: list[CompileEvent], summary: RunSummary) -
         smaller = {c.actual for c in picked if c.actual is not None and c.expected and c.actual < c.expected}
         in_train = [e for e, c in zip(events, causes, strict=True) if c.kind == "size" and e.stage == "train"]
         at_end = [_last_of_epoch(e, summary.settings.train_batches_per_epoch) for e in in_train]
-        if dim == 0 and len(smaller) == 1 and len(sizes) == 2 and in_train and all(x is not False for x in at_end):
+        if (
+            dim == 0
+            and len(smaller) == 1
+            and len(sizes) == 2
+            and in_train
+            and all(x is not False for x in at_end)
+        ):
             return (
                 f"the last batch of the epoch is shorter ({min(smaller)} samples, not {max(sizes)}): "
                 f"`{tensor}` changes size in dimension 0",
