@@ -165,7 +165,10 @@ def recompilation(summary: RunSummary, verdict: str | None) -> Finding | None:
             "without compiling."
         )
     many = len(avoidable) >= RECOMPILES_MEDIUM
-    severity = "high" if comp.recompile_limit_hit or costly else "medium" if many else "low"
+    if comp.recompile_limit_hit or (costly and avoidable):
+        severity = "high"
+    else:
+        severity = "medium" if many or costly else "low"
     return Finding(
         id="recompilation",
         severity=severity,
