@@ -161,6 +161,39 @@ def test_graph_breaks_are_reported_with_torchs_reasons(tmp_path):
     assert by_id(summary, "recompilation") is None
 
 
+class LoggingRegressor(Regressor):
+    """The everyday Lightning module: self.log in training and validation steps."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self(x), y))
+
+
+def test_an_everyday_compiled_fit_with_validation_is_not_blamed_for_lightnings_own_breaks(tmp_path):
+    callback = PerfCallback(**QUIET)
+    fit_trainer = trainer(tmp_path, [callback], max_epochs=2, num_sanity_val_steps=1, limit_val_batches=2)
+    fit_trainer.fit(
+        torch.compile(LoggingRegressor(), backend="eager"),
+        DataLoader(data(32), batch_size=4),
+        DataLoader(data(8), batch_size=4),
+    )
+    summary = callback.last_summary
+
+    comp = summary.compile
+    assert comp.recompiles >= 1 and {e.stage for e in comp.events} >= {"train", "validation"}
+    assert comp.graph_breaks >= 1  # self.log is torch.compiler.disable'd in Lightning
+    assert by_id(summary, "graph_breaks") is None
+    recompilation = by_id(summary, "recompilation")  # train/eval switches only: warm-up, at most a low note
+    assert recompilation is None or (
+        recompilation.severity == "low" and "0 after warm-up" in recompilation.evidence
+    )
+
+
 def test_an_uncompiled_fit_has_no_compile_section(tmp_path):
     callback = PerfCallback(**QUIET)
     fit_trainer = trainer(tmp_path, [callback])

@@ -165,10 +165,8 @@ def recompilation(summary: RunSummary, verdict: str | None) -> Finding | None:
             "without compiling."
         )
     many = len(avoidable) >= RECOMPILES_MEDIUM
-    if comp.recompile_limit_hit or (costly and avoidable):
-        severity = "high"
-    else:
-        severity = "medium" if many or costly else "low"
+    # recompiles of mode switches alone are a one-time cost the model cannot avoid: low however large their share
+    severity = "high" if comp.recompile_limit_hit or (costly and avoidable) else "medium" if many else "low"
     return Finding(
         id="recompilation",
         severity=severity,
