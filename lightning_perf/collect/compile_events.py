@@ -106,8 +106,13 @@ class CompileWatch:
         opened, self._open = self._open, None
         if opened is None or self._finished:
             return
-        started, compile_id, step, stage, dropped = opened
-        seconds = perf_counter() - started
+        try:
+            self._record(opened, perf_counter() - opened[0])
+        except Exception as err:  # dynamo runs this in a finally: raising here would fail the compilation
+            log.debug(f"lightning-perf: compile end not recorded: {err}")
+
+    def _record(self, opened: tuple[float, str, int, str, bool], seconds: float) -> None:
+        _, compile_id, step, stage, dropped = opened
         event = self._events.get(compile_id)
         if event is None:
             event = self._add(CompileEvent(compile_id, step, stage))
@@ -120,7 +125,10 @@ class CompileWatch:
 
     def take_window(self) -> dict[str, float]:
         """Compile seconds and recompiles since the last window; nothing before the first compilation."""
-        self._harvest()
+        try:
+            self._harvest()
+        except Exception as err:  # on the training thread, between steps: never in training's way
+            log.debug(f"lightning-perf: compilation records not read: {err}")
         if not self._events:
             return {}
         figures = {COMPILE_TIME_S: self._window_s, RECOMPILES: float(self._window_recompiles)}
