@@ -1,6 +1,6 @@
 """Every ``torch.compile`` compilation during a fit: the batch it ran in, how long it took, why it recompiled.
 
-Three things torch (2.4 and later; checked in 2.14's ``torch/_dynamo``) exposes are read, nothing is patched:
+Three things torch exposes (checked in 2.14's ``torch/_dynamo``) are read, nothing is patched:
 
 * ``torch._dynamo.callback.callback_handler``: start/end callbacks around each compilation (dynamo's frame
   compile, and a lazily compiled backward). They run on the compiling thread, inside the step that compiles,
@@ -251,7 +251,7 @@ def watch(session: PerfSession) -> CompileWatch | None:
         from torch._dynamo.callback import callback_handler
 
         handler = callback_handler
-        handler.register_start_callback  # noqa: B018  (the API of torch 2.4+; older ones take no arguments)
+        handler.register_start_callback  # noqa: B018  (callbacks of older torch take no arguments: both work)
         handler.register_end_callback  # noqa: B018
     except Exception:
         _tell_once("compile callbacks (torch._dynamo.callback.callback_handler): torch.compile")
