@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 
 import lightning as L
 import pytest
@@ -217,3 +218,24 @@ def test_a_torch_without_compile_callbacks_says_so_and_trains(tmp_path, caplog, 
 
     assert fit_trainer.state.finished and summary.compile is None and summary.timing.steps > 0
     assert "has no compile callbacks" in caplog.text and "it is not measured" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (shutil.which("g++") or shutil.which("c++")), reason="inductor on CPU needs a C++ compiler"
+)
+def test_inductor_compile_time_with_its_lazy_backward_is_kept_apart(tmp_path):
+    # inductor generates and builds C++ (~20 s a compile on an idle 2-core CPU); its backward compiles lazily, at
+    # the first backward, under the same compile id: both count in the one compilation
+    loader = DataLoader(data(18), batch_size=4)
+    compiled = torch.compile(Regressor(), backend="inductor")
+    callback = PerfCallback(**QUIET)
+    trainer(tmp_path, [callback]).fit(compiled, loader)
+    summary = callback.last_summary
+
+    comp = summary.compile
+    assert (comp.compiles, comp.recompiles, comp.steps_excluded) == (2, 1, 1)
+    assert comp.longest_s == comp.events[0].duration_s and comp.longest_s > 1.0
+    assert summary.timing.steps == 5 - 1 - 1  # the epoch's first batch and the recompiled last one
+    assert summary.timing.step_time_ms.max < comp.events[1].duration_s * 1e3
+    assert by_id(summary, "recompilation").settings_change == {"drop_last": True}
