@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 # the examples need the `examples` extra (torchvision); the library does not
 pytest.importorskip("torchvision")
 
-from examples import case_study, cnn_inference, resnet18_cifar10  # noqa: E402
+from examples import case_study, cnn_inference, compiled_recompiles, resnet18_cifar10  # noqa: E402
 from examples.batch_augment import augment_batch, normalize_batch  # noqa: E402
 from examples.resnet18_cifar10 import CIFAR10DataModule, ResNet18Classifier  # noqa: E402
 from lightning_perf import PerfCallback  # noqa: E402
@@ -334,3 +334,25 @@ def test_cnn_inference_rejects_bad_flags_naming_them(capsys):
     with pytest.raises(SystemExit):
         cnn_inference.parse_args(["--batches", "0"])
     assert "--batches must be >= 1, got 0" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ compiled_recompiles
+
+
+def test_compiled_recompiles_names_the_recompiles_and_the_fix_removes_them(tmp_path, capsys):
+    assert compiled_recompiles.main(["--steps", "12", "--log-dir", str(tmp_path)]) == 0
+
+    out = capsys.readouterr().out
+    assert "torch.compile recompiles: dimension 1 of `batch[0]` varies" in out
+    assert "size mismatch at index 1" in out and "settings change: {'dynamic': True}" in out
+    assert "after: 1 compilation(s), 0 recompile(s)" in out and "after: no recompilation finding" in out
+    before = RunSummary.load(tmp_path / "compiled_recompiles" / "before")
+    after = RunSummary.load(tmp_path / "compiled_recompiles" / "after")
+    assert before.compile.recompiles >= 5 and before.compile.steps_excluded >= 5
+    assert after.compile.recompiles == 0 and before.timing.steps < after.timing.steps
+
+
+def test_compiled_recompiles_rejects_bad_flags_naming_them(capsys):
+    with pytest.raises(SystemExit):
+        compiled_recompiles.parse_args(["--steps", "0"])
+    assert "--steps must be >= 1, got 0" in capsys.readouterr().err

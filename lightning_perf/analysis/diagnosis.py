@@ -15,6 +15,7 @@ import dataclasses
 
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.rules import compile as rules_compile
 from lightning_perf.analysis.rules import device as rules_device
 from lightning_perf.analysis.rules import inputs as rules_input
 from lightning_perf.analysis.rules import memory as rules_memory
@@ -40,6 +41,8 @@ RULES = (
     rules_input.workers_saturated,
     rules_run.straggler,
     rules_memory.memory_growth,
+    rules_compile.recompilation,
+    rules_compile.graph_breaks,
     rules_noise.noisy_machine,
 )
 

@@ -206,6 +206,16 @@ SLOWEST_RANK = _w(
     "rank",
     "under DDP: the rank with the longest DataLoader wait (step time breaks ties)",
 )
+COMPILE_TIME = _w(
+    "compile",
+    "time_s",
+    "s",
+    "torch.compile: seconds spent compiling in the window (dynamo and its backend, recompiles included); logged "
+    "from the first compilation on, so 0 is a window that compiled nothing",
+)
+RECOMPILES = _w(
+    "compile", "recompiles", "count", "torch.compile: recompilations in the window (a guard failed)"
+)
 
 # the figures `lightning-perf compare` compares, once per run: also the HParams tab's metrics
 STEP_TIME_MEDIAN = _s(
@@ -270,6 +280,8 @@ METRICS: tuple[Metric, ...] = (
     PROCESS_RSS,
     WORKERS_RSS,
     SLOWEST_RANK,
+    COMPILE_TIME,
+    RECOMPILES,
     STEP_TIME_MEDIAN,
     STEP_TIME_P90,
     SUMMARY_DATA_WAIT,

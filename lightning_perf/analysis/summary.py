@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.analysis.compile_summary import CompileSummary
 from lightning_perf.analysis.memory_series import MemorySeries
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.analysis.verdicts.statistics import median_interval
@@ -32,7 +33,7 @@ MAX_SUMMARY_BYTES = 16 << 20
 # The deepest a summary nests is ~5 (probes.num_workers.candidates[i].error); 32 leaves room for free-form probes.
 MAX_SUMMARY_DEPTH = 32
 # The parts holding measured figures: none of their numbers can be negative, infinite or NaN.
-_MEASURED_SECTIONS = ("timing", "utilization", "ranks", "memory")
+_MEASURED_SECTIONS = ("timing", "utilization", "ranks", "memory", "compile")
 
 
 class SummaryError(LightningPerfError, ValueError):
@@ -301,6 +302,8 @@ class RunSummary:
     machine: MachineState | None = None
     # process RSS and GPU allocator memory over the training steps (the utilization sampler); None without it
     memory: MemorySeries | None = None
+    # torch.compile's compilations during the fit (analysis.compile_summary); None when nothing was compiled
+    compile: CompileSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -15,7 +15,7 @@ import torch
 
 from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
-from lightning_perf.collect import fetch_timing
+from lightning_perf.collect import compile_events, fetch_timing
 from lightning_perf.collect.cuda_events import CudaStepEvents
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.sampling.machine_state import MachineWatch
@@ -81,6 +81,7 @@ class PerfSession:
         self.machine = MachineWatch()  # what else the machine does while this run measures
         # set when the loop's fetcher could not be timed: the callback's batch hook drives the session
         self.hook_timing: fetch_timing.HookTiming | None = None
+        self.compiles: compile_events.CompileWatch | None = None  # torch.compile's compilations (fit only)
 
     # -- fetcher listener: the hot path, once per batch (see benchmarks/README.md for its cost) ----------
 
@@ -165,6 +166,7 @@ def open_session(
         stage == "fit"
     ):  # a fit resumed from a checkpoint goes on counting: ProfilerStep#N stays global batch N
         session.batches = batches_done(trainer)
+        session.compiles = compile_events.watch(session)
     if config.enable_profiler:
         activities = config.activities or _default_activities(trainer)
         session.window = ProfilerWindow(

@@ -10,6 +10,7 @@ The callback feeds it timestamps (``time.perf_counter()`` seconds) taken around 
 * ``interrupt(t, kind)`` – validation, a checkpoint or the epoch end begins: the open step ends here and the
   time until the next fetch is charged to ``kind``, not to a step.
 * ``exclude(seconds)`` – the callback's own work inside a step (e.g. logging a window) is left out of it.
+* ``drop_open()`` – the open step is left out entirely (a ``torch.compile`` compilation ran in it).
 
 The first fetch of every epoch (iterator creation, worker start-up) is reported apart as
 ``epoch_start_ms`` and that batch is left out of the per-step figures. Steps are aggregated per logging
@@ -139,6 +140,16 @@ class StepClock:
     def exclude(self, seconds: float) -> None:
         if self._open_start is not None:
             self._open_start += seconds  # the step starts that much later: one store less per batch
+
+    def drop_open(self) -> bool:
+        """Leave the open step out of the figures (it compiled: collect.compile_events); False if none is open."""
+        dropped, self._open_start = self._open_start is not None, None
+        return dropped
+
+    @property
+    def pause(self) -> str | None:
+        """What the time since the last step is charged to ("validation", "checkpoint"), or None."""
+        return self._gap_kind
 
     # -- results -----------------------------------------------------------------------------------------
 

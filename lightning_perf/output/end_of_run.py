@@ -54,6 +54,7 @@ def build_summary(
     log_dir: str | None,
     sampler: Any,
 ) -> RunSummary:
+    compiled = session.compiles.finish() if session.compiles is not None else None  # first: stop watching
     dataloader = train_dataloader(trainer) if session.stage == "fit" else None
     summary = RunSummary(
         run_name=os.path.basename(os.path.normpath(log_dir)) if log_dir else "",
@@ -74,6 +75,7 @@ def build_summary(
         ),
         traces=list(session.window.traces) if session.window is not None else [],
         machine=session.machine.finish(),
+        compile=compiled,
     )
     if sampler is not None:
         summary.utilization = sampler.summary()

@@ -31,6 +31,8 @@ def flush(
     """
     metrics = session.clock.take_window()
     metrics.update(sampled)
+    if session.compiles is not None:
+        metrics.update(session.compiles.take_window())
     if reducer is not None and reducer.distributed:
         per_rank = reducer.gather(WINDOW, metrics)  # on every rank, before any rank-zero check
         if per_rank is not None:

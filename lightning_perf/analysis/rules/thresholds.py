@@ -56,6 +56,8 @@ SETTING_TARGETS = {
     # a named recipe, not an argument: keep samples as uint8 tensors and augment whole batches on the device
     # in `on_after_batch_transfer` (see rules_pipeline.batched_transforms)
     "batched_transforms": "LightningModule",
+    "drop_last": "DataLoader",
+    "dynamic": "torch.compile",
 }
 
 # A machine is "noisy" when other processes took this share of its CPU capacity during the run. pyperf
@@ -94,3 +96,14 @@ GPU_GROWTH_MIN_MB = 16.0
 # High when, at the fitted rate, memory runs out within this many times the steps the run has taken: a run ten
 # times as long, the usual step from a short trial to the real training, would fail. Our choice.
 MEMORY_ETA_HIGH_RUNS = 10.0
+
+# torch.compile (rules_compile). Recompiles costing this share of the training wall time: the same line as
+# validation and checkpointing (OVERHEAD_SHARE_PCT), a tenth of the wall time spent on work that trains nothing.
+COMPILE_SHARE_PCT = OVERHEAD_SHARE_PCT
+# Recompiles after warm-up from this many on are a pattern, not a one-off (a short last batch recompiles once).
+# Our choice: two is already a value that keeps changing; dynamo gives up at 8 (torch._dynamo.config.recompile_limit).
+RECOMPILES_MEDIUM = 2
+# Graph breaks leaving the compiled code in this many graphs or more: each break costs a return to Python and
+# a fusion boundary (torch.compile's programming model docs). Our choice: one break (2 graphs) per step function
+# is common and cheap, several are a model that is mostly not compiled.
+GRAPH_SPLIT_MEDIUM = 4
