@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lightning_perf.analysis.memory_series import Growth, MemorySeries, fit_growth
-from lightning_perf.analysis.numbers import MB_PER_GB, finite
+from lightning_perf.analysis.numbers import MB_PER_GB, finite, size_text
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.thresholds import (
     GPU_GROWTH_MIN_MB,
@@ -79,8 +79,8 @@ class _Grown:
         g = self.growth
         text = (
             f"{self.what} rises {g.mb_per_step:.3g} MB a step (95% interval {g.low:.3g}-{g.high:.3g}) over "
-            f"steps {g.first_step}-{g.last_step} ({g.points} readings after warm-up, {g.start_mb:.0f} -> "
-            f"{g.end_mb:.0f} MB)"
+            f"steps {g.first_step}-{g.last_step} ({g.points} readings after warm-up, {size_text(g.start_mb)} -> "
+            f"{size_text(g.end_mb)})"
         )
         if self.steps_left is not None:
             text += f"; at this rate the {_fmt(self.headroom_gb)} GB {self.room} is used up in ~{self.steps_left:.0f} steps"
