@@ -1,4 +1,5 @@
-"""``lightning-perf compare`` on what it reads (issue 25): corrupt summaries get errors that name the field."""
+"""``lightning-perf compare`` on what it reads and writes (issue 25): corrupt summaries get errors that name the
+field; its TensorBoard tags sit in the registry's sections."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from lightning_perf.analysis.metrics import COMPARISON_CHART, COMPARISON_TEXT, METRICS, RENAMED_FROM, by_tag
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from tests.cli.test_compare_command import compare, save_run
 
@@ -74,3 +77,20 @@ def test_a_malformed_summary_error_names_the_field_never_a_class(pair, capsys, e
     assert err.startswith(f"lightning-perf compare: error: {path}: malformed run summary: {message}"), err
     for python in ("__init__", "Distribution", "TimingSummary", "RunSummary", "positional", "Traceback"):
         assert python not in err
+
+
+def test_tensorboard_tags_sit_in_the_registrys_sections_beside_a_runs_text_and_images(pair):
+    """Not a section "perf" of its own (perf/comparison/..., perf/comparison_chart) beside perf_text and perf_images."""
+    before, after = pair
+    assert compare(before, after) == 0
+    events = EventAccumulator(str(before.parent / "perf_compare"), size_guidance={"tensors": 0, "images": 0})
+    events.Reload()
+    tags = events.Tags()
+    assert tags["tensors"] == [f"{COMPARISON_TEXT.tag}/text_summary"] == ["perf_text/comparison/text_summary"]
+    assert tags["images"] == [COMPARISON_CHART.tag] == ["perf_images/comparison_chart"]
+    sections = {tag.split("/", 1)[0] for tag in tags["tensors"] + tags["images"]}  # TensorBoard's sections
+    assert sections <= {m.tag.split("/", 1)[0] for m in METRICS} and "perf" not in sections
+    markdown = events.Tensors(f"{COMPARISON_TEXT.tag}/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "### Performance comparison" in markdown
+    assert by_tag(COMPARISON_CHART.tag) is COMPARISON_CHART
+    assert RENAMED_FROM["perf/comparison"] is COMPARISON_TEXT  # the migration note lists the old tags
