@@ -275,7 +275,9 @@ def check_log_dir(experiment_dir: str, label: str) -> None:
     while not os.path.exists(existing) and os.path.dirname(existing) != existing:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise TrialError(f"{label}: {existing} is a file, not a directory; give a directory for the runs")
+        raise TrialError(
+            f"{label}: {existing} is a file, not a directory (ENOTDIR); give a directory for the runs"
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise TrialError(
             f"{label}: {existing} is not writable (permission denied); give a directory you can write"
