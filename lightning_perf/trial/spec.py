@@ -280,7 +280,7 @@ def check_log_dir(experiment_dir: str, label: str) -> None:
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise TrialError(
-            f"{label}: {existing} is not writable (permission denied); give a directory you can write"
+            f"{label}: {existing} is not writable (EACCES); give a directory you can write"
         )
 
 
