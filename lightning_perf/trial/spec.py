@@ -279,9 +279,7 @@ def check_log_dir(experiment_dir: str, label: str) -> None:
             f"{label}: {existing} is a file, not a directory (ENOTDIR); give a directory for the runs"
         )
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise TrialError(
-            f"{label}: {existing} is not writable (EACCES); give a directory you can write"
-        )
+        raise TrialError(f"{label}: {existing} is not writable (EACCES); give a directory you can write")
 
 
 def check_configs(paths: Sequence[str], cli: str | None = None) -> None:

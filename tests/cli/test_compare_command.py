@@ -255,7 +255,9 @@ def test_console_script(runs, tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert "60.0 ms (1.67x faster)" in ok.stdout and "45.0%" in ok.stdout and "3.1%" in ok.stdout
     assert (tmp_path / "c.png").read_bytes()[:8] == PNG_SIGNATURE
-    assert _read_tensorboard(workers0.parent / "perf_compare").Tags()["images"] == ["perf_images/comparison_chart"]
+    assert _read_tensorboard(workers0.parent / "perf_compare").Tags()["images"] == [
+        "perf_images/comparison_chart"
+    ]
 
     slower = subprocess.run(
         [CONSOLE_SCRIPT, "compare", workers2, workers0, "--fail-if-slower", "5", "--no-tensorboard"],
