@@ -3,7 +3,8 @@
 Every rule reads only the summary, states its evidence with the measured numbers, recommends one change
 in one sentence and gives that change as data (``Finding.settings_change``) so a later step can try it.
 A rule whose evidence is absent (``None``) stays silent: it never guesses with zeros. When timing data
-exists the input-bound verdict is always reported, even when it is "not input-bound".
+exists the input-bound verdict is always reported, even when it is "not input-bound"; a run with fewer timed steps
+than ``MIN_STEPS_FOR_VERDICT`` gets no grade at all but "too short for a verdict" with what it measured.
 
 The findings are rendered for people by :mod:`lightning_perf.analysis.findings_render`. This module imports nothing
 from Lightning or torch.
@@ -54,9 +55,11 @@ def diagnose(summary: RunSummary) -> list[Finding]:
     if not isinstance(summary, RunSummary):
         raise ValueError(f"summary: expected a RunSummary, got {type(summary).__name__}")
     verdict = input_bound_verdict(input_wait(summary).value)
+    # a run too short for a verdict: the input-bound rule says so, and no other rule leans on a grade
+    graded = None if rules_input.too_short(summary) else verdict
     findings: list[Finding] = []
     for rule in RULES:
-        finding = rule(summary, verdict)
+        finding = rule(summary, verdict if rule is rules_input.input_bound else graded)
         if finding is not None:
             findings.append(finding)
     findings = _one_voice(findings)

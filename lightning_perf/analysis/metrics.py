@@ -48,6 +48,8 @@ class Metric:
     # summaries: the label and the better direction ("lower"/"higher"/None) in ``lightning-perf compare``
     label: str = ""
     better: str | None = None
+    # when it is written, where that is not at the end of fit (the README table's "logged" column)
+    when: str = ""
 
     @property
     def tag(self) -> str:
@@ -254,6 +256,24 @@ TRACE_CHART = Metric(
     "per CUDA cycle: the per-step time breakdown (stacked bars) and the GPU timeline's idle/compute/non-compute",
     "image",
 )
+# written by `lightning-perf compare` and `trial` into their own TensorBoard run (`perf_compare`), in the same
+# sections as a run's text and images
+COMPARISON_TEXT = Metric(
+    "text",
+    "comparison",
+    "",
+    "the comparison as Markdown: verdict, method, settings and hyperparameters that differ, each metric per run",
+    "text",
+    when="compare / trial: Text tab",
+)
+COMPARISON_CHART = Metric(
+    "images",
+    "comparison_chart",
+    "",
+    "the comparison's bar chart of the headline metrics, one panel a metric",
+    "image",
+    when="compare / trial: Images tab",
+)
 
 # in the order of the README's table
 METRICS: tuple[Metric, ...] = (
@@ -293,6 +313,8 @@ METRICS: tuple[Metric, ...] = (
     DIAGNOSIS_TEXT,
     PROBE_TEXT,
     TRACE_CHART,
+    COMPARISON_TEXT,
+    COMPARISON_CHART,
 )
 WINDOW_METRICS = tuple(m for m in METRICS if m.kind == "window")
 SUMMARY_METRICS = tuple(m for m in METRICS if m.kind == "summary")
@@ -320,6 +342,8 @@ RENAMED_FROM = {
     "perf/workers_rss_gb": WORKERS_RSS,
     "perf/slowest_rank": SLOWEST_RANK,
     "perf/diagnosis": DIAGNOSIS_TEXT,
+    "perf/comparison": COMPARISON_TEXT,
+    "perf/comparison_chart": COMPARISON_CHART,
     **{f"perf/summary/{m.key}": m for m in SUMMARY_METRICS},
 }
 
@@ -363,7 +387,7 @@ def markdown_table() -> str:
 
     rows = []
     for m in METRICS:
-        rows.append([f"`{m.tag}`", _WHEN[m.kind], m.unit, m.meaning])
+        rows.append([f"`{m.tag}`", m.when or _WHEN[m.kind], m.unit, m.meaning])
         if m is SLOWEST_RANK:  # the DDP maxima sit after the slowest rank they go with
             tags = ", ".join(f"`{max_tag(r)}`" for r in ACROSS_RANKS)
             meaning = "under DDP: the slowest rank's value; the un-suffixed tags are then the mean over ranks"

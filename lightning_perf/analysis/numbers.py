@@ -34,3 +34,23 @@ def whole(value: Any) -> int | None:
 def fmt1(value: float | None) -> str:
     """One decimal, or ``n/a`` when not measured."""
     return "n/a" if value is None else f"{value:.1f}"
+
+
+# Units of size_text from the largest down; a size is shown in the largest unit it holds at least one of.
+_SIZE_UNITS = (("GB", BYTES_PER_GB), ("MB", BYTES_PER_MB), ("kB", 1e3))
+
+
+def size_text(mb: float | None) -> str:
+    """A size given in MB (1e6 bytes), in the unit that shows it: ``3.2 kB``, ``12.5 MB``, ``1.23 GB``, ``640 B``.
+
+    Three significant figures: below 1 MB a trace or a memory reading would otherwise read ``0.0 MB``.
+    """
+    value = finite(mb)
+    if value is None:
+        return "n/a"
+    size = value * BYTES_PER_MB
+    for unit, scale in _SIZE_UNITS:
+        shown = f"{size / scale:.3g}"
+        if abs(float(shown)) >= 1:  # 999.7 kB rounds to "1e+03": that is 1 MB, caught by the unit above
+            return f"{shown} {unit}"
+    return f"{size:.0f} B"

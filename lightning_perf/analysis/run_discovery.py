@@ -10,6 +10,9 @@ from typing import Any
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.analysis.verdicts.comparison import CompareError, check_summary
 
+# Where Lightning's loggers (TensorBoard, CSV) save a run's hyperparameters: beside perf_summary.json.
+HPARAMS_FILENAME = "hparams.yaml"
+
 
 def natural_key(text: str) -> list[Any]:
     """Sort key that orders digit runs by value: ``version_2`` before ``version_10``."""
@@ -101,3 +104,28 @@ def load_summary(directory: str, allow_partial: bool = False) -> RunSummary:
             "pass --allow-partial to compare it anyway"
         )
     return summary
+
+
+def load_hparams(directory: str) -> dict[str, Any] | None:
+    """The hyperparameters Lightning saved in the run's ``hparams.yaml``; None when there is none or it cannot be
+    read (they are optional: a comparison goes on without them). Python-specific YAML tags (``!!python/tuple``,
+    objects Lightning could dump) are read as their plain data, never executed."""
+    import yaml
+
+    class _PlainLoader(yaml.SafeLoader):
+        pass
+
+    def plain(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        return loader.construct_scalar(node)
+
+    _PlainLoader.add_multi_constructor("", plain)
+    try:
+        with open(os.path.join(directory, HPARAMS_FILENAME), encoding="utf-8") as fh:
+            data = yaml.load(fh, Loader=_PlainLoader)  # noqa: S506 - a SafeLoader whose unknown tags become plain data
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None

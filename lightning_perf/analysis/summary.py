@@ -12,14 +12,13 @@ import json
 import math
 import os
 import statistics
-import types
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_perf.analysis.compile_summary import CompileSummary
 from lightning_perf.analysis.memory_series import MemorySeries
+from lightning_perf.analysis.summary_decode import FieldError, build
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.analysis.verdicts.statistics import median_interval
 from lightning_perf.atomic_file import atomic_open
@@ -321,9 +320,9 @@ class RunSummary:
             )
         payload = {k: v for k, v in data.items() if k not in ("schema", "schema_version")}
         try:
-            return _build(cls, payload)
-        except (TypeError, ValueError, KeyError) as err:
-            raise SummaryError(f"{source}: malformed run summary: {err}") from err
+            return build(cls, payload)
+        except FieldError as err:  # names the field: "timing.step_time_ms: missing count, mean, median"
+            raise SummaryError(f"{source}: malformed run summary: {err}") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically, so a crash mid-write never leaves a truncated summary behind."""
@@ -385,34 +384,3 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _build(cls: type, data: Any) -> Any:
-    """Build dataclass ``cls`` from a dict, recursing into nested dataclasses and lists of them."""
-    if not isinstance(data, dict):
-        raise TypeError(f"{cls.__name__} expects an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for name, value in data.items():
-        if name not in known:
-            continue  # fields added by a newer minor release are ignored, not fatal
-        kwargs[name] = _convert(hints[name], value)
-    return cls(**kwargs)
-
-
-def _convert(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        return _convert(inner[0], value) if len(inner) == 1 else value
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value)
-    if origin is list:
-        (item_hint,) = typing.get_args(hint)
-        if not isinstance(value, list):
-            raise TypeError(f"expected a list, got {type(value).__name__}")
-        return [_convert(item_hint, item) for item in value]
-    return value

@@ -20,7 +20,13 @@ import json
 import os
 import sys
 
-from lightning_perf.analysis.run_discovery import baseline_index, common_root, find_runs, load_summary
+from lightning_perf.analysis.run_discovery import (
+    baseline_index,
+    common_root,
+    find_runs,
+    load_hparams,
+    load_summary,
+)
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, SummaryError
 from lightning_perf.analysis.verdicts.comparison import CompareError, compare
 from lightning_perf.analysis.verdicts.comparison_metrics import labels_from_settings
@@ -107,7 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         names = list(args.label)
     elif args.label_from_settings:
         names = labels_from_settings(summaries, names)
-    comparison = compare(summaries, names, baseline=baseline)
+    hparams = [load_hparams(directory) for _, directory in runs]
+    comparison = compare(summaries, names, baseline=baseline, hparams=hparams)
 
     if args.format == "json":
         print(json.dumps(to_json(comparison), indent=2, allow_nan=False))

@@ -26,6 +26,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_perf import console
+from lightning_perf.analysis.numbers import BYTES_PER_MB, size_text
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.atomic_file import (
     atomic_path,
@@ -214,8 +215,8 @@ class ProfilerWindow:
         if not self._cap_warned:
             self._cap_warned = True
             log.warning(
-                f"lightning-perf: {self.bytes_written / 1e6:.1f} MB of traces written; the next cycle would "
-                f"pass `max_trace_mb` ({self.max_trace_bytes / 1e6:g} MB), so later profiling cycles are "
+                f"lightning-perf: {size_text(self.bytes_written / BYTES_PER_MB)} of traces written; the next cycle would "
+                f"pass `max_trace_mb` ({size_text(self.max_trace_bytes / BYTES_PER_MB)}), so later profiling cycles are "
                 "skipped. Raise `max_trace_mb` to profile more."
             )
         return True
@@ -249,8 +250,8 @@ class ProfilerWindow:
         except _OverCap as over:
             self._stop_cycles()
             log.warning(
-                f"lightning-perf: the trace of batches {steps[0]}-{steps[-1]} ({over.size / 1e6:.1f} MB) would "
-                f"pass `max_trace_mb` ({self.max_trace_bytes / 1e6:g} MB) and was not kept; later profiling "
+                f"lightning-perf: the trace of batches {steps[0]}-{steps[-1]} ({size_text(over.size / BYTES_PER_MB)}) would "
+                f"pass `max_trace_mb` ({size_text(self.max_trace_bytes / BYTES_PER_MB)}) and was not kept; later profiling "
                 "cycles are skipped. Raise `max_trace_mb` to profile more."
             )
             return

@@ -10,6 +10,7 @@ import os
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from lightning_perf.analysis.metrics import COMPARISON_CHART, COMPARISON_TEXT
 from lightning_perf.analysis.verdicts.comparison import CompareError, Comparison, MetricRow, format_value
 from lightning_perf.analysis.verdicts.comparison_render import render_markdown
 from lightning_perf.atomic_file import atomic_path, describe_os_error
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 TENSORBOARD_SUBDIR = "perf_compare"
-TEXT_TAG = "perf/comparison"
-IMAGE_TAG = "perf/comparison_chart"
+# in the registry's sections, beside a run's own text and images (perf_text/..., perf_images/...)
+TEXT_TAG = COMPARISON_TEXT.tag
+IMAGE_TAG = COMPARISON_CHART.tag
 
 # the headline metrics drawn in the bar chart, one panel each (absent ones are left out)
 CHART_KEYS = ("step_time_median_ms", "data_wait_pct", "samples_per_sec", "gpu_util_pct")

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from lightning_perf.analysis.run_discovery import load_summary
+from lightning_perf.analysis.run_discovery import load_hparams, load_summary
 from lightning_perf.analysis.summary import RunSummary, SummaryError
 from lightning_perf.analysis.verdicts.comparison import CompareError, compare
 from lightning_perf.analysis.verdicts.comparison_render import to_json
@@ -141,7 +141,10 @@ def conclude(result: TrialResult) -> TrialResult:
     summaries = [v.summary for v in ran if v.summary is not None]  # a variant that ran has its summary
     rounds = [v.rounds for v in ran] if result.repeats > 1 else None
     # variants differ by definition (overrides, code): equal fingerprints do not mean "same settings"
-    result.comparison = compare(summaries, [v.name for v in ran], rounds=rounds, variants_differ=True)
+    hparams = [load_hparams(v.round_dirs[0]) if v.round_dirs else None for v in ran]  # the same every round
+    result.comparison = compare(
+        summaries, [v.name for v in ran], rounds=rounds, variants_differ=True, hparams=hparams
+    )
     path = os.path.join(result.experiment_dir, COMPARISON_FILENAME)
     try:
         with atomic_open(path) as fh:

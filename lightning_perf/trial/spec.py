@@ -247,11 +247,39 @@ def parse_variant(text: str) -> tuple[str, list[tuple[str, str]]]:
                 f"--variant {text!r}: {key} is set by the trial (--steps and --log-dir/--name); "
                 "it cannot be overridden"
             )
+        check_override_value(text, key, value)
         overrides.append((key, value))
     keys = [key for key, _ in overrides]
     if len(set(keys)) != len(keys):
         raise TrialError(f"--variant {text!r}: a key is given twice")
     return name, overrides
+
+
+def check_override_value(text: str, key: str, value: str) -> None:
+    """The Lightning CLI reads an override's value as YAML: one that does not parse fails here, not in a round."""
+    import yaml
+
+    try:
+        yaml.safe_load(value)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise TrialError(
+            f"--variant {text!r}: the value of {key} ({value!r}) does not parse as YAML: {problem}"
+        ) from None
+
+
+def check_log_dir(experiment_dir: str, label: str) -> None:
+    """The experiment's folder can be created and written, checked before the first round (without creating it):
+    its deepest existing part must be a writable directory."""
+    existing = os.path.abspath(experiment_dir)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise TrialError(
+            f"{label}: {existing} is a file, not a directory (ENOTDIR); give a directory for the runs"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TrialError(f"{label}: {existing} is not writable (EACCES); give a directory you can write")
 
 
 def check_configs(paths: Sequence[str], cli: str | None = None) -> None:
@@ -311,7 +339,9 @@ def check_cli_target(target: str) -> str:
 
 
 def prepare_experiment(experiment_dir: str, names: Sequence[str], overwrite: bool, cli: bool) -> None:
-    """Refuse to mix a trial's runs with an earlier trial's (stale summaries), unless told to replace them."""
+    """Refuse to mix a trial's runs with an earlier trial's (stale summaries), unless told to replace them; refuse
+    an experiment folder that cannot be written (a file, no permission) before any round starts."""
+    check_log_dir(experiment_dir, "--log-dir/--name" if cli else "log_dir/name")
     existing = [n for n in names if os.path.exists(os.path.join(experiment_dir, n))]
     if existing and not overwrite:
         name, replace = ("--name", "pass --overwrite") if cli else ("name", "pass overwrite=True")

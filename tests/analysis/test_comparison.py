@@ -239,6 +239,7 @@ def test_json_round_trip_and_stable_keys():
         "method",
         "rounds",
         "variants_differ",
+        "hparams_diff",
     ]
     assert set(data["metrics"][0]) == {
         "key",

@@ -65,7 +65,10 @@ def test_a_tiny_trace_cap_skips_later_cycles_with_one_warning(tmp_path, caplog):
     L_trainer = trainer(tmp_path, [callback], limit_train_batches=14)
     with caplog.at_level(logging.WARNING, logger="lightning_perf"):
         L_trainer.fit(TinyModel(), loader())
-    assert len([r for r in caplog.records if "max_trace_mb" in r.getMessage()]) == 1
+    warned = [r.getMessage() for r in caplog.records if "max_trace_mb" in r.getMessage()]
+    assert len(warned) == 1
+    # sizes below 1 MB in kB, never "(0.0 MB) would pass max_trace_mb (0.001 MB)"
+    assert "(1 kB)" in warned[0] and " kB) would pass" in warned[0] and "0.0 MB" not in warned[0]
     # the cap holds for the first cycle too: its trace (~4 KB) is not kept, the three after it are skipped
     assert trace_files(tmp_path) == [] and callback.last_summary.traces == []
     assert not [n for n in os.listdir(L_trainer.log_dir) if n.startswith(".")]  # no temporaries left

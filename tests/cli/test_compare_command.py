@@ -124,15 +124,15 @@ def test_tensorboard_run_beside_the_runs(runs):
     out_dir = workers0.parent / "perf_compare"  # the runs' common log root
     assert list(out_dir.glob("events.out.tfevents.*"))
     acc = _read_tensorboard(out_dir)
-    texts = acc.Tensors("perf/comparison/text_summary")
+    texts = acc.Tensors("perf_text/comparison/text_summary")
     markdown = texts[0].tensor_proto.string_val[0].decode()
     assert "60.0 ms (1.67x faster)" in markdown and "| `num_workers` | `0` | `2` |" in markdown
-    images = acc.Images("perf/comparison_chart")
+    images = acc.Images("perf_images/comparison_chart")
     assert images[0].encoded_image_string[:8] == PNG_SIGNATURE and images[0].width > 0
     # a second comparison is a new step, not a clash with the first
     assert compare(workers2, workers0) == 0
     acc = _read_tensorboard(out_dir)
-    steps = {event.step: event for event in acc.Tensors("perf/comparison/text_summary")}
+    steps = {event.step: event for event in acc.Tensors("perf_text/comparison/text_summary")}
     assert sorted(steps) == [0, 1]
     assert "1.67x slower" in steps[1].tensor_proto.string_val[0].decode()
 
@@ -140,7 +140,7 @@ def test_tensorboard_run_beside_the_runs(runs):
 def test_tensorboard_dir_option(runs, tmp_path):
     chosen = tmp_path / "tb" / "compare_run"
     assert compare(*runs, "--tensorboard-dir", chosen) == 0
-    assert _read_tensorboard(chosen).Tags()["tensors"] == ["perf/comparison/text_summary"]
+    assert _read_tensorboard(chosen).Tags()["tensors"] == ["perf_text/comparison/text_summary"]
     assert not (runs[0].parent / "perf_compare").exists()
 
 
@@ -255,7 +255,9 @@ def test_console_script(runs, tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert "60.0 ms (1.67x faster)" in ok.stdout and "45.0%" in ok.stdout and "3.1%" in ok.stdout
     assert (tmp_path / "c.png").read_bytes()[:8] == PNG_SIGNATURE
-    assert _read_tensorboard(workers0.parent / "perf_compare").Tags()["images"] == ["perf/comparison_chart"]
+    assert _read_tensorboard(workers0.parent / "perf_compare").Tags()["images"] == [
+        "perf_images/comparison_chart"
+    ]
 
     slower = subprocess.run(
         [CONSOLE_SCRIPT, "compare", workers2, workers0, "--fail-if-slower", "5", "--no-tensorboard"],

@@ -19,15 +19,39 @@ from lightning_perf.analysis.rules.thresholds import (
     EPOCH_START_SHARE_PCT,
     INPUT_BOUND_HIGH_PCT,
     INPUT_BOUND_MODERATE_PCT,
+    MIN_STEPS_FOR_VERDICT,
     VERDICTS,
     WORKER_SATURATED_PCT,
 )
 from lightning_perf.analysis.summary import Finding, RunSummary
 
-# Fewer timed steps than this make an input-bound verdict a guess: worker start-up and the first prefetch
+# Fewer timed steps than this (and at least MIN_STEPS_FOR_VERDICT) give a hedged verdict: "may be ... (a short run)": worker start-up and the first prefetch
 # burst (torch's DataLoader keeps prefetch_factor=2 batches per worker in flight) fill the first batches'
 # wait; 20 steps are 10 such windows of 2, so start-up is at most a tenth of the share.
 MIN_STEPS_FOR_INPUT_VERDICT = 20
+
+
+TOO_SHORT_TITLE = "Too short for an input-bound verdict"
+
+
+def too_short(summary: RunSummary) -> bool:
+    """Fewer than :data:`MIN_STEPS_FOR_VERDICT` timed steps (0 means "not counted", as in old summaries), and no
+    num_workers probe measured the DataLoader instead: no graded verdict then."""
+    return 0 < summary.timing.steps < MIN_STEPS_FOR_VERDICT and "num_workers" not in summary.probes
+
+
+def _too_short_finding(summary: RunSummary, evidence: str) -> Finding:
+    steps = summary.timing.steps
+    timed = f"{steps} step was" if steps == 1 else f"{steps} steps were"
+    return Finding(
+        id="input_bound",
+        severity="info",
+        title=TOO_SHORT_TITLE,
+        evidence=f"Only {timed} timed, fewer than the {MIN_STEPS_FOR_VERDICT} a verdict needs (status "
+        f"{summary.status!r}); measured: {evidence}.",
+        recommendation=f"Run at least {MIN_STEPS_FOR_VERDICT} training steps after the first (e.g. `max_steps` or "
+        "`limit_train_batches`) for a verdict on the input pipeline.",
+    )
 
 
 def wait_share_grade(pct: float) -> str:
@@ -73,6 +97,8 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     else:  # on a GPU: its own account, and which one
         words, interval = verdict, ""
         evidence = f"Input wait is {_fmt(wait.value)}% of step time ({wait.source})"
+    if too_short(summary):
+        return _too_short_finding(summary, evidence)
     if verdict == VERDICTS[2]:
         below = "" if "across the" in interval else f" (below the {_fmt(INPUT_BOUND_MODERATE_PCT)}% line)"
         return Finding(

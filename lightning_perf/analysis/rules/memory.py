@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lightning_perf.analysis.memory_series import Growth, MemorySeries, fit_growth
-from lightning_perf.analysis.numbers import MB_PER_GB, finite
+from lightning_perf.analysis.numbers import MB_PER_GB, finite, size_text
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.thresholds import (
     GPU_GROWTH_MIN_MB,
     MEMORY_ETA_HIGH_RUNS,
+    MEMORY_MIN_POINTS,
     RSS_GROWTH_MIN_MB,
 )
 from lightning_perf.analysis.rules.trace_thresholds import (
@@ -79,8 +80,8 @@ class _Grown:
         g = self.growth
         text = (
             f"{self.what} rises {g.mb_per_step:.3g} MB a step (95% interval {g.low:.3g}-{g.high:.3g}) over "
-            f"steps {g.first_step}-{g.last_step} ({g.points} readings after warm-up, {g.start_mb:.0f} -> "
-            f"{g.end_mb:.0f} MB)"
+            f"steps {g.first_step}-{g.last_step} ({g.points} readings after warm-up, {size_text(g.start_mb)} -> "
+            f"{size_text(g.end_mb)})"
         )
         if self.steps_left is not None:
             text += f"; at this rate the {_fmt(self.headroom_gb)} GB {self.room} is used up in ~{self.steps_left:.0f} steps"
@@ -109,6 +110,46 @@ def _grown(series: MemorySeries) -> list[_Grown]:
     return found
 
 
+TOO_SHORT_TITLE = "Too short to judge memory growth"
+
+
+def _short_rise(what: str, steps: list[int], values: list[float | None], line_mb: float) -> str | None:
+    """The readings of a series too short for a fit (:func:`fit_growth` gives None) that still rose by at least
+    ``line_mb`` from its first reading to its last, in words; None otherwise."""
+    pairs = [(s, v) for s, raw in zip(steps, values, strict=False) if (v := finite(raw)) is not None]
+    if len(pairs) < 2 or fit_growth(steps, values) is not None or pairs[-1][1] - pairs[0][1] < line_mb:
+        return None
+    readings = ", ".join(size_text(v) for _, v in pairs)
+    return (
+        f"{what} rose {size_text(pairs[-1][1] - pairs[0][1])} over steps {pairs[0][0]}-{pairs[-1][0]} in "
+        f"{len(pairs)} readings ({readings})"
+    )
+
+
+def too_short_finding(series: MemorySeries) -> Finding | None:
+    """Memory that rose in a run too short to fit its growth: say so, with the readings, rather than nothing."""
+    rises = [
+        rise
+        for rise in (
+            _short_rise("GPU memory (allocated)", series.steps, series.gpu_allocated_mb, GPU_GROWTH_MIN_MB),
+            _short_rise("Process RSS", series.steps, series.process_rss_mb, RSS_GROWTH_MIN_MB),
+        )
+        if rise is not None
+    ]
+    if not rises:
+        return None
+    return Finding(
+        id="memory_growth",
+        severity="info",
+        title=TOO_SHORT_TITLE,
+        evidence="; ".join(rises)
+        + f". Telling a leak from warm-up needs at least {MEMORY_MIN_POINTS} readings "
+        "after the warm-up steps.",
+        recommendation=f"Run longer (at least {MEMORY_MIN_POINTS} readings after warm-up: more steps, or a "
+        "shorter `util_interval_s`) to judge whether memory keeps growing.",
+    )
+
+
 def _severity(grown: list[_Grown], steps_run: int) -> str:
     left = [g.steps_left for g in grown if g.steps_left is not None]
     if left and min(left) <= MEMORY_ETA_HIGH_RUNS * max(steps_run, 1):
@@ -129,6 +170,9 @@ def memory_growth(summary: RunSummary, verdict: str | None) -> Finding | None:
         return None
     grown = _grown(series)
     if not grown:
+        short = too_short_finding(series)
+        if short is not None:
+            return short
         if _trace_has_memory(summary):  # the trace rule gives the peak from the allocator's own events
             return None
         return capacity_finding(series.gpu_peak_allocated_gb, series.gpu_total_gb, " over the run")

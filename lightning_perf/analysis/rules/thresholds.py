@@ -7,6 +7,13 @@ from __future__ import annotations
 # waiting on input. torch-tb-profiler's single DataLoader rule also fired above 5%.
 INPUT_BOUND_HIGH_PCT = 20.0
 INPUT_BOUND_MODERATE_PCT = 5.0
+# Fewest timed steps for any graded verdict (input-bound or not, and the rules that lean on it): below this the
+# diagnosis says the run was too short and what it measured. Timed steps leave out the first batch of every epoch
+# (start-up, timed apart) and a trial's warm-up steps. Our choice: torch's DataLoader keeps prefetch_factor=2
+# batches a worker in flight, so the first steps after start-up are served from (or starved by) that burst, and
+# the wait share's bootstrap interval over fewer steps spans more than a grade; statistics texts take n = 10 as
+# the least sample for a normal approximation (the same line as MEMORY_MIN_POINTS below).
+MIN_STEPS_FOR_VERDICT = 10
 # Worker start-up (first fetch of an epoch) above this share of the epoch is worth persistent workers.
 # Our choice: the same 5% TensorFlow uses for "moderately" input-bound, i.e. the point a cost is visible.
 EPOCH_START_SHARE_PCT = 5.0

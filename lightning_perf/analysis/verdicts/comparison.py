@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from lightning_perf.analysis.verdicts.comparison_metrics import (
     headline_metrics,
     settings_diffs,
 )
+from lightning_perf.analysis.verdicts.hparams_diff import hparams_diffs
 from lightning_perf.analysis.verdicts.statistics import (
     CONFIDENCE,
     NO_DIFFERENCE,
@@ -113,11 +114,13 @@ class Comparison:
     rounds: int = 1
     # the runs are known to differ (trial variants), also where the settings fingerprint sees no difference
     variants_differ: bool = False
+    # the user's hyperparameters (hparams.yaml) whose values differ: key -> value per run (verdicts.hparams_diff)
+    hparams_diff: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def same_settings(self) -> bool:
         """No setting differs, as far as the fingerprint and the caller know: differences are the machine's."""
-        return not self.settings_diff and not self.variants_differ
+        return not self.settings_diff and not self.variants_differ and not self.hparams_diff
 
     @property
     def baseline_index(self) -> int:
@@ -134,6 +137,7 @@ def compare(
     rounds: Sequence[Sequence[RunSummary]] | None = None,
     confidence: float = CONFIDENCE,
     variants_differ: bool = False,
+    hparams: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> Comparison:
     """Compare ``summaries`` (named ``names``, same order) against ``summaries[baseline]``.
 
@@ -141,6 +145,7 @@ def compare(
     ``i`` of every run ran in the same interleaved round); timings are then judged over the per-round ratios.
     Without it they are judged from each run's per-step samples. ``variants_differ``: the caller knows the
     runs differ (e.g. trial variants with different code), so equal fingerprints do not mean "same settings".
+    ``hparams``: each run's saved hyperparameters (or None), for the ones that differ (``hparams_diff``).
     """
     if len(summaries) != len(names):
         raise ValueError(f"compare: {len(summaries)} summaries but {len(names)} names")
@@ -170,6 +175,7 @@ def compare(
         slower_than_baseline=_slower_than_baseline(metrics, names, baseline),
         rounds=min((len(r) for r in rounds), default=1) if rounds else 1,
         variants_differ=variants_differ,
+        hparams_diff=hparams_diffs(hparams or []),
     )
     headline = comparison.metric(HEADLINE_KEY)
     assert headline is not None  # always computed (never only_where_present)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from lightning_perf.analysis.verdicts import hparams_diff
 from lightning_perf.analysis.verdicts.comparison import (
     DEFAULT_DECIMALS,
     JSON_SCHEMA_NAME,
@@ -112,6 +113,8 @@ def render_text(c: Comparison) -> str:
         sections.append(len(rows))
         rows.append(["settings that differ"])
         rows += [[f"  {key}", *(plain_text(v) for v in values)] for key, values in c.settings_diff.items()]
+    sections += [len(rows)] if c.hparams_diff else []
+    rows += hparams_diff.text_rows(c.hparams_diff)
     sections.append(len(rows))
     rows.append(["metrics"])
     rows += [[f"  {row.label}", *_cells(c, row)] for row in c.metrics]
@@ -123,7 +126,7 @@ def render_text(c: Comparison) -> str:
             if i in sections
             else "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
         )
-    if not c.settings_diff:
+    if not c.settings_diff and not c.hparams_diff:
         lines.append(
             "(the runs differ only in what the settings fingerprint does not record, e.g. code or transforms)"
             if c.variants_differ
@@ -168,8 +171,9 @@ def render_markdown(c: Comparison) -> str:
     if c.settings_diff:
         settings = [[_md(key), *(_md(plain_text(v)) for v in vals)] for key, vals in c.settings_diff.items()]
         lines += _md_table(["setting", *names], settings) + [""]
-    else:
+    elif not c.hparams_diff:
         lines += ["No settings differ between the runs.", ""]
+    lines += hparams_diff.markdown_lines(c.hparams_diff, names)
     lines += _md_table(["metric", *names], [[row.label, *_cells(c, row)] for row in c.metrics])
     return "\n".join(lines) + "\n"
 
@@ -191,6 +195,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "method": c.method,
         "rounds": c.rounds,
         "variants_differ": c.variants_differ,
+        "hparams_diff": {k: list(v) for k, v in c.hparams_diff.items()},
     }
 
 
@@ -216,6 +221,7 @@ def from_json(data: dict[str, Any]) -> Comparison:
         method=data["method"],
         rounds=data["rounds"],
         variants_differ=bool(data.get("variants_differ", False)),
+        hparams_diff={k: list(v) for k, v in data.get("hparams_diff", {}).items()},
     )
 
 
