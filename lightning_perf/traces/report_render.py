@@ -133,7 +133,7 @@ def _standout_line(report: dict[str, Any], detail: set[int]) -> str:
 
 def _cross_rank_text(report: dict[str, Any]) -> list[str]:
     ranks = report["ranks"]
-    out = ["", f"Across ranks ({len(ranks['rows'])}):"] + _text_table(*spread_rows(ranks), indent="  ")
+    out = ["", "Across ranks:"] + _text_table(*spread_rows(ranks), indent="  ")
     findings = ranks.get("findings", [])
     out.append("Cross-rank findings:" if findings else "Cross-rank findings: none")
     return out + _text_findings(findings, "  ")
@@ -216,7 +216,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _cross_rank_md(report: dict[str, Any]) -> list[str]:
     ranks = report["ranks"]
-    out = ["", f"## Across ranks ({len(ranks['rows'])})", ""] + _md_table(*spread_rows(ranks))
+    out = ["", "## Across ranks", ""] + _md_table(*spread_rows(ranks))
     out += ["", "### Cross-rank findings", ""]
     return out + (_md_findings(ranks.get("findings", [])) or ["None."])
 

@@ -150,7 +150,7 @@ def find_straggler(rows: Sequence[RankRow]) -> Straggler | None:
     slow = max(known, key=lambda r: (busy[r.rank], -r.rank))
     median = statistics.median(busy[r.rank] for r in known if r is not slow)
     lead = busy[slow.rank] - median
-    if lead < STRAGGLER_MIN_GAP_MS or busy[slow.rank] < STRAGGLER_RATIO * median:
+    if lead < STRAGGLER_MIN_GAP_MS or busy[slow.rank] <= STRAGGLER_RATIO * median:
         return None
     part, part_ms, part_median, best = None, None, None, 0.0
     for key in PARTS:
