@@ -70,7 +70,12 @@ def _stretched(trace: dict[str, Any], delay_us: float, slow: bool, keep_steps: i
 
 
 def build_rank_folder(
-    source: Path, folder: Path, world: int = 16, slow_rank: int = 9, delay_ms: float = 40.0, keep_steps: int = 4
+    source: Path,
+    folder: Path,
+    world: int = 16,
+    slow_rank: int = 9,
+    delay_ms: float = 40.0,
+    keep_steps: int = 4,
 ) -> list[Path]:
     """``world`` traces in ``folder`` from ``source``; rank ``slow_rank``'s DataLoader is ``delay_ms`` late a
     step. ``keep_steps``: the first profiled steps kept (fewer steps read faster)."""
