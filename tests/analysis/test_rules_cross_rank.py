@@ -146,3 +146,26 @@ def test_waiting_is_not_a_communication_problem_of_the_waiting_rank():
     # 52 - 20 = 32 ms left, 20%: still a finding of its own, with the wait named
     (kept,) = without_own_communication([exposed()], row, 20.0, 9)
     assert kept.evidence == "e 20.0 ms of it is waiting for rank 9 (see collective_wait)."
+
+
+def test_the_callbacks_trace_findings_leave_out_the_wait_of_a_waiting_rank():
+    from lightning_perf.analysis.diagnosis import diagnose
+    from lightning_perf.analysis.summary import RunSummary
+    from lightning_perf.analysis.trace_figures import TraceFigures
+    from lightning_perf.output.trace_findings import with_trace_findings
+
+    # rank 0 waits ~40 ms a step in the all-reduce for rank 1's input; its own trace shows that wait as 32% of
+    # its step in exposed communication
+    def summary(rank):
+        stats = [RankStats(0, "a", step_time_ms=160.0, data_wait_ms=1.0), RankStats(1, "b", 160.0, 41.0)]
+        figures = TraceFigures(
+            steps=4, step_ms=160.0, communication_ms_per_step=60.0, exposed_communication_ms_per_step=52.0
+        )
+        made = RunSummary(global_rank=rank, world_size=2, ranks=stats, trace_figures=[figures])
+        made.findings = diagnose(made)
+        return made
+
+    waiting = {f.id for f in with_trace_findings(summary(0))}
+    assert {"straggler", "collective_wait"} <= waiting and "exposed_communication" not in waiting
+    # the straggler's own exposed communication (same figures) is its own: kept
+    assert "exposed_communication" in {f.id for f in with_trace_findings(summary(1))}
