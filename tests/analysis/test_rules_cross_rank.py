@@ -129,6 +129,23 @@ def test_the_callbacks_table_estimates_the_wait_from_host_compute():
     )
 
 
+def test_a_rank_that_only_computes_more_keeps_its_step_as_its_busy_time():
+    # ranks that do not wait for each other's input (no gradient sync, or compute that differs): step times
+    # tell, and the compute difference is the cause, not a wait
+    stats = [
+        RankStats(0, "hostA", 11.0, 1.0),
+        RankStats(1, "hostB", 31.0, 1.0),
+        RankStats(2, "hostC", 11.0, 1.0),
+    ]
+    finding = straggler(rows_from_stats(stats))
+    assert finding.title == "Straggler: rank 1 (hostB), in its host compute"
+    assert (
+        "takes 31.0 ms a step not counting its estimated wait in the gradient all-reduce, against 11.0 ms"
+        in (finding.evidence)
+    )
+    assert collective_wait(rows_from_stats(stats)) is None
+
+
 def test_rank_lists():
     assert rank_list([3, 0, 1, 2, 5, 7, 8]) == "0-3, 5, 7-8"
     assert rank_list([4]) == "4"

@@ -125,15 +125,20 @@ def rows_from_stats(stats: Sequence[RankStats]) -> list[RankRow]:
 
 
 def waits(rows: Sequence[RankRow]) -> dict[int, float]:
-    """Each rank's time waiting for the others (see the module doc), 0.0 where nothing tells."""
+    """Each rank's time waiting for the others (see the module doc), 0.0 where nothing tells.
+
+    Estimated from host compute (no trace), a wait is at most how much later another rank's input came: the
+    all-reduce inside backward evens out input, not compute, so a rank that only computes more (or ranks that
+    do not sync gradients) keeps its step as its busy time."""
     computes = [r.compute_ms for r in rows if r.compute_ms is not None]
     least = min(computes) if len(computes) == len(rows) else None
     out = {}
     for r in rows:
         if r.exposed_comm_ms is not None:
             out[r.rank] = max(r.exposed_comm_ms, 0.0)
-        elif least is not None and r.compute_ms is not None:
-            out[r.rank] = r.compute_ms - least
+        elif least is not None and r.compute_ms is not None and r.dataloader_ms is not None:
+            latest = max(o.dataloader_ms or 0.0 for o in rows if o is not r)
+            out[r.rank] = max(0.0, min(r.compute_ms - least, latest - r.dataloader_ms))
         else:
             out[r.rank] = 0.0
     return out
