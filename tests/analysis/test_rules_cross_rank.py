@@ -146,6 +146,15 @@ def test_a_rank_that_only_computes_more_keeps_its_step_as_its_busy_time():
     assert collective_wait(rows_from_stats(stats)) is None
 
 
+def test_no_part_is_named_when_none_explains_half_the_lead():
+    rows = [RankRow(rank=r, host="Node-A", step_ms=100.0, dataloader_ms=1.0) for r in range(3)]
+    rows.append(RankRow(rank=3, host="Node-B", step_ms=140.0, dataloader_ms=6.0))  # 5 of its 40 ms
+    finding = straggler(rows)
+    assert finding.title == "Straggler: rank 3 (Node-B)"  # the host as it is spelt
+    assert finding.evidence.startswith("Rank 3 (Node-B) takes 140.0 ms a step")
+    assert "differs most" not in finding.evidence
+
+
 def test_rank_lists():
     assert rank_list([3, 0, 1, 2, 5, 7, 8]) == "0-3, 5, 7-8"
     assert rank_list([4]) == "4"

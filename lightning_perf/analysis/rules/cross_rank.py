@@ -35,6 +35,9 @@ from lightning_perf.analysis.summary import Finding, RankStats
 # the exposed-communication finding (torch-tb-profiler's 10%), since the wait is what that finding would report.
 COLLECTIVE_WAIT_MIN_PCT = EXPOSED_COMM_MEDIUM_PCT
 COLLECTIVE_WAIT_HIGH_PCT = EXPOSED_COMM_HIGH_PCT
+# A part of the straggler's step is named as the cause when it explains at least this share of its lead over the
+# median rank. Our choice: half, so the part named is where most of the difference is, not a side effect of it.
+STRAGGLER_PART_MIN_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -164,13 +167,13 @@ def find_straggler(rows: Sequence[RankRow]) -> Straggler | None:
         if mine is None or not theirs:
             continue
         excess = mine - statistics.median(theirs)
-        if excess > best:
+        if excess > best and excess >= max(STRAGGLER_MIN_GAP_MS, STRAGGLER_PART_MIN_SHARE * lead):
             part, part_ms, part_median, best = key, mine, statistics.median(theirs), excess
     return Straggler(slow.rank, busy[slow.rank], median, lead, part, part_ms, part_median)
 
 
-def _name(row: RankRow) -> str:
-    return f"rank {row.rank}" + (f" ({row.host})" if row.host else "")
+def _name(row: RankRow, capital: bool = False) -> str:
+    return ("Rank" if capital else "rank") + f" {row.rank}" + (f" ({row.host})" if row.host else "")
 
 
 def _busy_words(row: RankRow) -> str:
@@ -189,11 +192,11 @@ def straggler(rows: Sequence[RankRow]) -> Finding | None:
         return None
     by_rank = {r.rank: r for r in rows}
     slow = by_rank[found.rank]
-    steps = [r.step_ms for r in rows if r.step_ms is not None]
+    steps = [step for r in rows if (step := finite(r.step_ms)) is not None]
     n_others = len(steps) - 1
     ratio = f"{found.busy_ms / found.median_busy_ms:.2f}x" if found.median_busy_ms > 0 else "above zero"
     evidence = (
-        f"{_name(slow).capitalize()} takes {_fmt(found.busy_ms)} ms a step{_busy_words(slow)}, against "
+        f"{_name(slow, capital=True)} takes {_fmt(found.busy_ms)} ms a step{_busy_words(slow)}, against "
         f"{_fmt(found.median_busy_ms)} ms for the median of {others(n_others)} (+{_fmt(found.lead_ms)} ms, "
         f"{ratio}); step times across ranks {_fmt(min(steps))}-{_fmt(max(steps))} ms (spread "
         f"{_fmt(max(steps) - min(steps))} ms). Every rank waits for the slowest at each collective."
@@ -207,8 +210,9 @@ def straggler(rows: Sequence[RankRow]) -> Finding | None:
             f"ms median of the others (+{_fmt(found.part_ms - found.part_median_ms)} ms)."  # type: ignore[operator]
         )
     else:
-        recommendation = "Check that rank's host for CPU contention, slower storage or fewer cores per " + (
-            "DataLoader, and for a throttled or shared GPU."
+        recommendation = (
+            "Check that rank's host for CPU contention, slower storage or fewer cores per DataLoader, and for "
+            "a throttled or shared GPU."
         )
     # the others' step stretches to the straggler's: the share of it they lose waiting
     high = slow.step_ms > 0 and 100.0 * found.lead_ms / slow.step_ms >= STRAGGLER_HIGH_PCT  # type: ignore[operator]
