@@ -41,6 +41,7 @@ RULES = (
     rules_input.workers_exceed_cores,
     rules_input.workers_saturated,
     rules_run.straggler,
+    rules_run.collective_wait,
     rules_memory.memory_growth,
     rules_compile.recompilation,
     rules_compile.graph_breaks,

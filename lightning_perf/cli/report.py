@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lightning_perf.analysis.rules.cross_rank import rank_list
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, add_format, error
 from lightning_perf.traces.reader import TraceError
 from lightning_perf.traces.report import DEFAULT_TOP, ReportError, build_report
+from lightning_perf.traces.report_ranks import detailed_ranks
 from lightning_perf.traces.report_render import render_json, render_markdown, render_text
 
 HELP = (
@@ -29,6 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--png", metavar="FILE", help="also write the per-step breakdown and GPU timeline shares as a PNG"
     )
     parser.add_argument(
+        "--rank",
+        dest="ranks",
+        type=_rank,
+        action="append",
+        metavar="N",
+        help="with many ranks (over 4), also detail rank N's traces (repeatable; default: the ranks that stand "
+        "out: slowest, fastest, median)",
+    )
+    parser.add_argument("--all-ranks", action="store_true", help="detail every rank's traces")
+    parser.add_argument(
         "--top", type=_positive_int, default=DEFAULT_TOP, metavar="N", help="operators to list (default: 10)"
     )
 
@@ -43,17 +55,46 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--rank must be a global rank (an integer >= 0), got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--rank must be a global rank (an integer >= 0), got {value}")
+    return value
+
+
+def _missing_ranks(report: dict, chosen: list[int] | None) -> ReportError | None:
+    present = {t["rank"] for t in report["traces"] if t["rank"] is not None}
+    missing = sorted(set(chosen or []) - present)
+    if not missing:
+        return None
+    have = rank_list(present) if present else "none"
+    shown = ", ".join(str(r) for r in missing)
+    return ReportError(
+        f"--rank {shown}: no trace of that rank in {report['run_dir']} (ranks with traces: {have})"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.run_dir, top=args.top)
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
         return error(PROG, err)
+    bad_rank = _missing_ranks(report, args.ranks)
+    if bad_rank is not None:
+        return error(PROG, bad_rank)
+    detail = detailed_ranks(report, args.ranks, args.all_ranks)
     if args.png and report["traces"]:
         from lightning_perf.output.trace_chart import write_png
 
         sections = [
             (t["file"] + ("" if t["rank"] is None else f" (rank {t['rank']})"), t["figures"])
             for t in report["traces"]
+            if detail is None or t["rank"] is None or t["rank"] in detail
         ]
         try:
             write_png(sections, args.png)
@@ -62,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 PROG, ReportError(f"--png {args.png}: cannot write the chart: {err.strerror or err}")
             )
     renderers = {"text": render_text, "markdown": render_markdown, "json": render_json}
-    sys.stdout.write(renderers[args.format](report))
+    sys.stdout.write(renderers[args.format](report, detail))
     for bad in report["unreadable"]:
         print(f"{PROG}: unreadable: {bad['error']}", file=sys.stderr)
     return EXIT_FAILED if report["unreadable"] else EXIT_OK

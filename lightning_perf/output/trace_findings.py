@@ -17,6 +17,7 @@ import statistics
 from typing import Any
 
 from lightning_perf.analysis import metrics
+from lightning_perf.analysis.rules import cross_rank
 from lightning_perf.analysis.rules.thresholds import SEVERITY_ORDER
 from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import Finding, GpuUtilization, RunSummary
@@ -61,8 +62,20 @@ def with_trace_findings(summary: RunSummary) -> list[Finding]:
     it carries the trace's numbers); the trace's input verdict only when the summary has none."""
     merged = {f.id: f for f in summary.findings}
     measured_input = summary.timing.data_wait_pct is not None
+    rows = cross_rank.rows_from_stats(summary.ranks)
+    waiting, straggler = cross_rank.waiting_ranks(rows), cross_rank.find_straggler(rows)
     for figures in summary.trace_figures:
-        for finding in diagnose_trace(figures):
+        findings = diagnose_trace(figures)
+        if straggler is not None and summary.global_rank in waiting:  # waiting for it is no problem of ours
+            row = cross_rank.RankRow(
+                rank=summary.global_rank,
+                step_ms=figures.step_ms,
+                exposed_comm_ms=figures.exposed_communication_ms_per_step,
+            )
+            findings = cross_rank.without_own_communication(
+                findings, row, waiting[summary.global_rank], straggler.rank
+            )
+        for finding in findings:
             if finding.id == "input_bound" and measured_input:
                 continue
             old = merged.get(finding.id)

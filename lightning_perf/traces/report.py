@@ -40,6 +40,7 @@ from lightning_perf.traces.analysis import (
 )
 from lightning_perf.traces.gpu_figures import trace_figures
 from lightning_perf.traces.reader import GZIP_MAGIC, TraceError
+from lightning_perf.traces.report_ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
 from lightning_perf.traces.spans import gc_paused
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -133,34 +134,6 @@ def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
     }
 
 
-# the figures compared across ranks, with their labels
-SPREAD_FIGURES = {
-    "step_ms": "step ms",
-    "kernel_busy_pct": "kernel-busy %",
-    "step_idle_pct": "GPU idle %",
-    "exposed_communication_ms_per_step": "exposed comm ms",
-    "blocking_ms_per_step": "blocking ms",
-    "dataloader_pct": "DataLoader %",
-}
-
-
-def rank_spread(sections: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Per rank (first trace of each), the figures of SPREAD_FIGURES and their spread (max - min); None unless
-    the traces come from two ranks or more."""
-    by_rank: dict[int, dict[str, Any]] = {}
-    for section in sections:
-        if section["rank"] is not None and section["rank"] not in by_rank:
-            by_rank[section["rank"]] = section["figures"]
-    if len(by_rank) < 2:
-        return None
-    rows = [{"rank": r, **{k: by_rank[r].get(k) for k in SPREAD_FIGURES}} for r in sorted(by_rank)]
-    spread = {}
-    for key in SPREAD_FIGURES:
-        values = [row[key] for row in rows if row[key] is not None]
-        spread[key] = _round(max(values) - min(values), 3) if values else None
-    return {"rows": rows, "spread": spread}
-
-
 def figures_section(figures: TraceFigures) -> dict[str, Any]:
     """The figures as JSON-ready data, floats rounded for reading."""
     data = dataclasses.asdict(figures)
@@ -194,6 +167,7 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = Tru
         "file": os.path.basename(path),
         "rank": parsed.rank,
         "world_size": info.get("world_size") if isinstance(info, dict) else None,
+        "backend": info.get("backend") if isinstance(info, dict) else None,
         "events": parsed.event_count,
         "skipped_events": parsed.skipped_events,
         "skip_reason": parsed.skip_reason,

@@ -13,7 +13,8 @@ from lightning_perf.traces.report_figures import figure_lines, spread_rows
 NAME_WIDTH = 80
 
 
-def render_json(report: dict[str, Any]) -> str:
+def render_json(report: dict[str, Any], detail: set[int] | None = None) -> str:
+    """Every trace and figure, whatever ``detail`` says (JSON keeps everything)."""
     return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
@@ -112,31 +113,65 @@ def _text_table(header: list[str], rows: list[list[str]], indent: str = "  ") ->
     return [line(r).rstrip() for r in [header, *rows]]
 
 
-def render_text(report: dict[str, Any]) -> str:
+def _by_rank(report: dict[str, Any], detail: set[int] | None) -> list[dict[str, Any]]:
+    """The traces to detail, sorted by rank (traces without a rank last, by name); ``detail``: the ranks to keep
+    (None: all; a trace without a rank is always kept)."""
+    traces = sorted(report["traces"], key=lambda t: (t["rank"] is None, t["rank"] or 0, t["file"]))
+    return [t for t in traces if detail is None or t["rank"] is None or t["rank"] in detail]
+
+
+def _standout_line(report: dict[str, Any], detail: set[int]) -> str:
+    standout = report["ranks"].get("standout", {})
+    roles = ", ".join(f"rank {rank} ({role})" for role, rank in standout.items())
+    extra = sorted(detail - set(standout.values()))
+    chosen = f"; chosen: {', '.join(f'rank {r}' for r in extra)}" if extra else ""
+    return (
+        f"Details of the ranks that stand out: {roles}{chosen}. Others: `--rank N` (repeatable) or "
+        "`--all-ranks`; `--format json` has every rank."
+    )
+
+
+def _cross_rank_text(report: dict[str, Any]) -> list[str]:
+    ranks = report["ranks"]
+    out = ["", "Across ranks:"] + _text_table(*spread_rows(ranks), indent="  ")
+    findings = ranks.get("findings", [])
+    out.append("Cross-rank findings:" if findings else "Cross-rank findings: none")
+    return out + _text_findings(findings, "  ")
+
+
+def _trace_text(trace: dict[str, Any]) -> list[str]:
+    out = ["", _trace_title(trace)]
+    out += [f"  Note: {note}" for note in _trace_notes(trace)]
+    if trace["steps"]:
+        out.append("  Step breakdown (ms):")
+        out += _text_table(*_step_rows(trace), indent="    ")
+    out.append("  " + _busy_line(trace))
+    out += ["  " + line for line in figure_lines(trace)]
+    for title, key in (
+        ("CPU operators by self time", "top_cpu_operators"),
+        ("GPU kernels", "top_kernels"),
+    ):
+        if trace[key]:
+            out.append(f"  Top {len(trace[key])} {title}:")
+            out += _text_table(*_operator_rows(trace[key]), indent="    ")
+    out.append("  Findings from this trace:" if trace["findings"] else "  Findings from this trace: none")
+    return out + _text_findings(trace["findings"], "    ")
+
+
+def render_text(report: dict[str, Any], detail: set[int] | None = None) -> str:
+    """The report as text. ``detail``: the ranks whose traces are shown in full, after the cross-rank view
+    (:func:`lightning_perf.traces.report_ranks.detailed_ranks`); None: every trace, then the cross-rank view."""
     out = [f"lightning-perf report: {report['run_dir']}"]
     if report["summary"]:
         out.append(_summary_line(report["summary"]))
     out += [f"Note: {note}" for note in report["notes"]]
     out += _unreadable_lines(report)
-    for trace in report["traces"]:
-        out += ["", _trace_title(trace)]
-        out += [f"  Note: {note}" for note in _trace_notes(trace)]
-        if trace["steps"]:
-            out.append("  Step breakdown (ms):")
-            out += _text_table(*_step_rows(trace), indent="    ")
-        out.append("  " + _busy_line(trace))
-        out += ["  " + line for line in figure_lines(trace)]
-        for title, key in (
-            ("CPU operators by self time", "top_cpu_operators"),
-            ("GPU kernels", "top_kernels"),
-        ):
-            if trace[key]:
-                out.append(f"  Top {len(trace[key])} {title}:")
-                out += _text_table(*_operator_rows(trace[key]), indent="    ")
-        out.append("  Findings from this trace:" if trace["findings"] else "  Findings from this trace: none")
-        out += _text_findings(trace["findings"], "    ")
-    if report["ranks"]:
-        out += ["", "Across ranks:"] + _text_table(*spread_rows(report["ranks"]), indent="  ")
+    if detail is not None and report["ranks"]:
+        out += _cross_rank_text(report) + ["", _standout_line(report, detail)]
+    for trace in _by_rank(report, detail):
+        out += _trace_text(trace)
+    if detail is None and report["ranks"]:
+        out += _cross_rank_text(report)
     if report["summary"]:
         out += ["", "Findings:" if report["findings"] else f"Findings: none in {SUMMARY_FILENAME}"]
         out += _text_findings(report["findings"], "  ")
@@ -179,30 +214,42 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [lines[0], align, *lines[1:]]
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def _cross_rank_md(report: dict[str, Any]) -> list[str]:
+    ranks = report["ranks"]
+    out = ["", "## Across ranks", ""] + _md_table(*spread_rows(ranks))
+    out += ["", "### Cross-rank findings", ""]
+    return out + (_md_findings(ranks.get("findings", [])) or ["None."])
+
+
+def _trace_md(trace: dict[str, Any]) -> list[str]:
+    out = ["", f"## {_md_cell(_trace_title(trace))}", ""]
+    out += [f"> Note: {_md_cell(note)}" for note in _trace_notes(trace)]
+    if trace["steps"]:
+        out += ["### Step breakdown (ms)", ""] + _md_table(*_step_rows(trace)) + [""]
+    out += [_busy_line(trace), ""]
+    out += [f"- {_md_cell(line)}" for line in figure_lines(trace)] + [""]
+    for title, key in (
+        ("CPU operators by self time", "top_cpu_operators"),
+        ("GPU kernels", "top_kernels"),
+    ):
+        if trace[key]:
+            out += [f"### Top {len(trace[key])} {title}", ""] + _md_table(*_operator_rows(trace[key])) + [""]
+    return out + ["### Findings from this trace", ""] + (_md_findings(trace["findings"]) or ["None."]) + [""]
+
+
+def render_markdown(report: dict[str, Any], detail: set[int] | None = None) -> str:
+    """The report as Markdown; ``detail`` as for :func:`render_text`."""
     out = [f"# lightning-perf report: {_md_cell(report['run_dir'])}", ""]
     if report["summary"]:
         out += [_md_cell(_summary_line(report["summary"])), ""]
     out += [f"> Note: {_md_cell(note)}" for note in report["notes"]]
     out += [f"> {_md_cell(line)}" for line in _unreadable_lines(report)]
-    for trace in report["traces"]:
-        out += ["", f"## {_md_cell(_trace_title(trace))}", ""]
-        out += [f"> Note: {_md_cell(note)}" for note in _trace_notes(trace)]
-        if trace["steps"]:
-            out += ["### Step breakdown (ms)", ""] + _md_table(*_step_rows(trace)) + [""]
-        out += [_busy_line(trace), ""]
-        out += [f"- {_md_cell(line)}" for line in figure_lines(trace)] + [""]
-        for title, key in (
-            ("CPU operators by self time", "top_cpu_operators"),
-            ("GPU kernels", "top_kernels"),
-        ):
-            if trace[key]:
-                out += (
-                    [f"### Top {len(trace[key])} {title}", ""] + _md_table(*_operator_rows(trace[key])) + [""]
-                )
-        out += ["### Findings from this trace", ""] + (_md_findings(trace["findings"]) or ["None."]) + [""]
-    if report["ranks"]:
-        out += ["", "## Across ranks", ""] + _md_table(*spread_rows(report["ranks"]))
+    if detail is not None and report["ranks"]:
+        out += _cross_rank_md(report) + ["", _md_cell(_standout_line(report, detail))]
+    for trace in _by_rank(report, detail):
+        out += _trace_md(trace)
+    if detail is None and report["ranks"]:
+        out += _cross_rank_md(report)
     if report["summary"]:
         out += ["", "## Findings", ""]
         if not report["findings"]:

@@ -72,6 +72,20 @@ def test_summary_has_a_per_rank_table_and_names_the_straggler(straggler_run):
 
 
 @pytest.mark.timeout(240)
+def test_the_straggler_finding_names_the_dataloader_and_rank_zero_waits_for_it(straggler_run):
+    with open(os.path.join(straggler_run, "perf_summary.json")) as fh:
+        findings = {f["id"]: f for f in json.load(fh)["findings"]}
+    straggler = findings["straggler"]
+    assert straggler["title"].startswith("Straggler: rank 1 (")
+    assert straggler["title"].endswith("in its DataLoader wait")
+    assert "num_workers" in straggler["recommendation"]
+    # rank 0 waits for rank 1's batches inside the gradient all-reduce: estimated from the per-rank table
+    # only when that wait is >= 10% of rank 0's step (timing on a busy machine)
+    if "collective_wait" in findings:
+        assert findings["collective_wait"]["title"] == "Rank 0 waits for rank 1 in collectives"
+
+
+@pytest.mark.timeout(240)
 def test_one_rank_raising_ends_the_run_with_an_error_not_a_hang(tmp_path):
     data = DataLoader(RankSlowedDataset(n=160), batch_size=4)
     with pytest.raises(Exception, match="injected failure on rank 1"):

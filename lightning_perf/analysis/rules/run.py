@@ -6,18 +6,13 @@ Each rule is ``(summary, verdict) -> Finding | None``: silent when its evidence 
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
-from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.numbers import whole
-from lightning_perf.analysis.rules.helpers import change_text, every_n, others, share_pct
-from lightning_perf.analysis.rules.thresholds import (
-    OVERHEAD_SHARE_PCT,
-    STRAGGLER_MIN_GAP_MS,
-    STRAGGLER_RATIO,
-)
+from lightning_perf.analysis.rules import cross_rank
+from lightning_perf.analysis.rules.helpers import change_text, every_n, share_pct
+from lightning_perf.analysis.rules.thresholds import OVERHEAD_SHARE_PCT
 from lightning_perf.analysis.summary import Finding, RunSummary, Settings
 
 
@@ -125,34 +120,10 @@ def checkpoint_share(summary: RunSummary, verdict: str | None) -> Finding | None
 
 
 def straggler(summary: RunSummary, verdict: str | None) -> Finding | None:
-    if len(summary.ranks) < 2:
-        return None
-    lines: list[str] = []
-    names: list[str] = []
-    for stats in summary.ranks:
-        for metric, label in (("step_time_ms", "step time"), ("data_wait_ms", "data wait")):
-            value = _num(getattr(stats, metric))
-            values = [_num(getattr(o, metric)) for o in summary.ranks if o is not stats]
-            others_known = [v for v in values if v is not None]
-            if value is None or not others_known:
-                continue
-            median = statistics.median(others_known)
-            if value > STRAGGLER_RATIO * median and value - median >= STRAGGLER_MIN_GAP_MS:
-                ratio = f"{value / median:.2f}x" if median > 0 else "above zero"
-                lines.append(
-                    f"rank {stats.rank} on {stats.host}: {label} {_fmt(value)} ms vs {_fmt(median)} ms "
-                    f"median of {others(len(others_known))} ({ratio})"
-                )
-                name = f"rank {stats.rank} ({stats.host})"
-                if name not in names:
-                    names.append(name)
-    if not lines:
-        return None
-    return Finding(
-        id="straggler",
-        severity="medium",
-        title="Straggler: " + ", ".join(names),
-        evidence="; ".join(lines) + ". Every rank waits for the slowest one at each gradient all-reduce.",
-        recommendation="Check that host for CPU contention, slower storage or fewer cores per DataLoader, "
-        "and for a throttled or shared GPU.",
-    )
+    """The cross-rank rule (:mod:`lightning_perf.analysis.rules.cross_rank`) over the per-rank table."""
+    return cross_rank.straggler(cross_rank.rows_from_stats(summary.ranks))
+
+
+def collective_wait(summary: RunSummary, verdict: str | None) -> Finding | None:
+    """The ranks that wait in the gradient all-reduce for the straggler (estimated from the per-rank table)."""
+    return cross_rank.collective_wait(cross_rank.rows_from_stats(summary.ranks))

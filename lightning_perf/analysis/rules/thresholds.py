@@ -33,6 +33,9 @@ WORKER_SATURATED_PCT = 90.0
 # Our choice: 20% is beyond run-to-run noise of step medians; the gap ignores sub-ms jitter on tiny steps.
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MIN_GAP_MS = 2.0
+# A straggler is a high finding when every other rank loses at least this share of its step waiting for it:
+# TensorFlow's "highly input-bound" line (20%), applied to the other thing a step can wait on.
+STRAGGLER_HIGH_PCT = 20.0
 # Safety margin when estimating num_workers from the measured wait (the probe uses the same margin).
 WORKERS_MARGIN = 1.2
 # More workers "gain" only when the num_workers probe measured a delivery rate this many times the rate of

@@ -1,0 +1,315 @@
+"""Cross-rank rules: the rank that holds the others back (``straggler``) and the ranks that wait for it
+(``collective_wait``), over one row of figures a rank (:class:`RankRow`).
+
+Gradient sync (DDP's all-reduce, any collective) evens the step times out: the fast ranks wait inside the
+collective for the slowest, so step time alone rarely names the culprit. What a rank spends *not waiting* does:
+its busy time is its step minus the time it waited for the others. From a trace that wait is the exposed
+communication (communication kernels that overlap no compute). From the callback's per-rank table (no trace
+figures) it is estimated as the host compute above the least of any rank: the all-reduce sits inside the
+backward pass, and the rank that waits least there is the one the others wait for. Rows with neither use the
+step time alone.
+
+Pure: plain rows in, :class:`Finding` s out; imports nothing from torch, Lightning or traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rules.helpers import others
+from lightning_perf.analysis.rules.thresholds import (
+    SEVERITY_ORDER,
+    STRAGGLER_HIGH_PCT,
+    STRAGGLER_MIN_GAP_MS,
+    STRAGGLER_RATIO,
+)
+from lightning_perf.analysis.rules.trace_thresholds import EXPOSED_COMM_HIGH_PCT, EXPOSED_COMM_MEDIUM_PCT
+from lightning_perf.analysis.summary import Finding, RankStats
+
+# A rank waits for another in a collective when that wait is at least this share of its own step: the line of
+# the exposed-communication finding (torch-tb-profiler's 10%), since the wait is what that finding would report.
+COLLECTIVE_WAIT_MIN_PCT = EXPOSED_COMM_MEDIUM_PCT
+COLLECTIVE_WAIT_HIGH_PCT = EXPOSED_COMM_HIGH_PCT
+# A part of the straggler's step is named as the cause when it explains at least this share of its lead over the
+# median rank. Our choice: half, so the part named is where most of the difference is, not a side effect of it.
+STRAGGLER_PART_MIN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank's figures, ms a step; ``None`` where not measured."""
+
+    rank: int
+    host: str | None = None
+    step_ms: float | None = None
+    dataloader_ms: float | None = None
+    kernel_ms: float | None = None  # compute kernels on the GPU (communication kernels excluded)
+    blocking_ms: float | None = None  # runtime calls that held the host until the GPU caught up
+    exposed_comm_ms: float | None = None  # communication kernels overlapping no compute kernel
+    idle_ms: float | None = None  # no kernel or copy on the GPU
+    compute_ms: float | None = None  # host: step minus DataLoader wait (holds the wait inside collectives)
+    backend: str | None = None  # the process group's backend ("nccl", "gloo"), when known
+
+
+# the parts of a step that can differ, with what they are called and the fix that fits a straggler there
+PARTS = {
+    "dataloader_ms": (
+        "DataLoader wait",
+        "Give that rank's input pipeline what the others have: more DataLoader workers (`num_workers`) or cores "
+        "on its host, no other processes competing for its CPU, storage as fast as the others' (a local copy "
+        "rather than a slow mount), and shards of equal cost per rank.",
+    ),
+    "kernel_ms": (
+        "GPU kernels",
+        "Check that rank's GPU: clocks held down by power or temperature (`nvidia-smi -q -d PERFORMANCE`), "
+        "another process sharing it, or more work on that rank (uneven sequence lengths or shapes: bucket or "
+        "pad batches to the same size on every rank).",
+    ),
+    "blocking_ms": (
+        "host-blocking calls",
+        "Remove the rank-dependent syncs (`.item()`, `.cpu()`, printing or logging tensors on that rank "
+        "only, e.g. under `if rank == 0`): they stall its GPU while the others wait for it.",
+    ),
+    "exposed_comm_ms": (
+        "exposed communication",
+        "Check that rank's interconnect: its network link or NIC, its place in the topology (NVLink, PCIe, "
+        "across nodes); `NCCL_DEBUG=INFO` shows the transports each rank uses.",
+    ),
+    "idle_ms": (
+        "GPU idle time",
+        "That rank's host launches its work late: look for CPU contention on its host (other processes, "
+        "fewer cores, CPU affinity) and for Python work only that rank does.",
+    ),
+    "compute_ms": (
+        "host compute",
+        "Check that rank's host and device for contention or throttling, and give every rank the same work "
+        "(equal shard and batch sizes).",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The rank the others wait for, what it is busy with, and how much longer than the median rank."""
+
+    rank: int
+    busy_ms: float
+    median_busy_ms: float
+    lead_ms: float
+    part: str | None  # key of PARTS that differs most, None when no measured part does
+    part_ms: float | None
+    part_median_ms: float | None
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 5, 7, 8]`` -> ``"0-3, 5, 7-8"``."""
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def rows_from_stats(stats: Sequence[RankStats]) -> list[RankRow]:
+    """The callback's per-rank table as rows: step time, DataLoader wait and the host compute between them."""
+    rows = []
+    for s in stats:
+        step, wait = finite(s.step_time_ms), finite(s.data_wait_ms)
+        compute = step - wait if step is not None and wait is not None else None
+        rows.append(RankRow(rank=s.rank, host=s.host, step_ms=step, dataloader_ms=wait, compute_ms=compute))
+    return rows
+
+
+def waits(rows: Sequence[RankRow]) -> dict[int, float]:
+    """Each rank's time waiting for the others (see the module doc), 0.0 where nothing tells.
+
+    Estimated from host compute (no trace), a wait is at most how much later another rank's input came: the
+    all-reduce inside backward evens out input, not compute, so a rank that only computes more (or ranks that
+    do not sync gradients) keeps its step as its busy time."""
+    computes = [r.compute_ms for r in rows if r.compute_ms is not None]
+    least = min(computes) if len(computes) == len(rows) else None
+    out = {}
+    for r in rows:
+        if r.exposed_comm_ms is not None:
+            out[r.rank] = max(r.exposed_comm_ms, 0.0)
+        elif least is not None and r.compute_ms is not None and r.dataloader_ms is not None:
+            latest = max(o.dataloader_ms or 0.0 for o in rows if o is not r)
+            out[r.rank] = max(0.0, min(r.compute_ms - least, latest - r.dataloader_ms))
+        else:
+            out[r.rank] = 0.0
+    return out
+
+
+def find_straggler(rows: Sequence[RankRow]) -> Straggler | None:
+    """The rank busy longest, when it is busy STRAGGLER_RATIO times the median of the others and at least
+    STRAGGLER_MIN_GAP_MS longer; None with fewer than two ranks with a step time."""
+    known = [r for r in rows if finite(r.step_ms) is not None]
+    if len(known) < 2:
+        return None
+    wait = waits(known)
+    busy = {r.rank: r.step_ms - wait[r.rank] for r in known}  # type: ignore[operator]
+    slow = max(known, key=lambda r: (busy[r.rank], -r.rank))
+    median = statistics.median(busy[r.rank] for r in known if r is not slow)
+    lead = busy[slow.rank] - median
+    if lead < STRAGGLER_MIN_GAP_MS or busy[slow.rank] <= STRAGGLER_RATIO * median:
+        return None
+    part, part_ms, part_median, best = None, None, None, 0.0
+    for key in PARTS:
+        mine = finite(getattr(slow, key))
+        theirs = [v for r in known if r is not slow and (v := finite(getattr(r, key))) is not None]
+        if mine is None or not theirs:
+            continue
+        excess = mine - statistics.median(theirs)
+        if excess > best and excess >= max(STRAGGLER_MIN_GAP_MS, STRAGGLER_PART_MIN_SHARE * lead):
+            part, part_ms, part_median, best = key, mine, statistics.median(theirs), excess
+    return Straggler(slow.rank, busy[slow.rank], median, lead, part, part_ms, part_median)
+
+
+def _name(row: RankRow, capital: bool = False) -> str:
+    return ("Rank" if capital else "rank") + f" {row.rank}" + (f" ({row.host})" if row.host else "")
+
+
+def _busy_words(row: RankRow) -> str:
+    if row.exposed_comm_ms is not None:
+        return " not counting its exposed communication"
+    if row.compute_ms is not None:
+        return " not counting its estimated wait in the gradient all-reduce"
+    return ""
+
+
+def straggler(rows: Sequence[RankRow]) -> Finding | None:
+    """The rank whose step (less its own waiting) is longest, by how much against the median rank, with the
+    spread of step times across ranks and the part of its step that differs, with the fix for that part."""
+    found = find_straggler(rows)
+    if found is None:
+        return None
+    by_rank = {r.rank: r for r in rows}
+    slow = by_rank[found.rank]
+    steps = [step for r in rows if (step := finite(r.step_ms)) is not None]
+    n_others = len(steps) - 1
+    ratio = f"{found.busy_ms / found.median_busy_ms:.2f}x" if found.median_busy_ms > 0 else "above zero"
+    evidence = (
+        f"{_name(slow, capital=True)} takes {_fmt(found.busy_ms)} ms a step{_busy_words(slow)}, against "
+        f"{_fmt(found.median_busy_ms)} ms for the median of {others(n_others)} (+{_fmt(found.lead_ms)} ms, "
+        f"{ratio}); step times across ranks {_fmt(min(steps))}-{_fmt(max(steps))} ms (spread "
+        f"{_fmt(max(steps) - min(steps))} ms). Every rank waits for the slowest at each collective."
+    )
+    title = f"Straggler: {_name(slow)}"
+    if found.part is not None:
+        label, recommendation = PARTS[found.part]
+        title += f", in its {label}"
+        evidence += (
+            f" Its {label} differs most: {_fmt(found.part_ms)} ms a step against {_fmt(found.part_median_ms)} "
+            f"ms median of the others (+{_fmt(found.part_ms - found.part_median_ms)} ms)."  # type: ignore[operator]
+        )
+    else:
+        recommendation = (
+            "Check that rank's host for CPU contention, slower storage or fewer cores per DataLoader, and for "
+            "a throttled or shared GPU."
+        )
+    # the others' step stretches to the straggler's: the share of it they lose waiting
+    high = slow.step_ms > 0 and 100.0 * found.lead_ms / slow.step_ms >= STRAGGLER_HIGH_PCT  # type: ignore[operator]
+    return Finding(
+        id="straggler",
+        severity="high" if high else "medium",
+        title=title,
+        evidence=evidence,
+        recommendation=recommendation,
+    )
+
+
+def waiting_ranks(rows: Sequence[RankRow]) -> dict[int, float]:
+    """The ranks that wait for the straggler in collectives, each with its wait in ms a step (its own wait
+    above the straggler's, at least STRAGGLER_MIN_GAP_MS and COLLECTIVE_WAIT_MIN_PCT of its step)."""
+    found = find_straggler(rows)
+    if found is None:
+        return {}
+    known = [r for r in rows if finite(r.step_ms) is not None]
+    wait = waits(known)
+    out = {}
+    for r in known:
+        extra = wait[r.rank] - wait[found.rank]
+        if r.rank == found.rank or extra < STRAGGLER_MIN_GAP_MS:
+            continue
+        if 100.0 * extra / r.step_ms >= COLLECTIVE_WAIT_MIN_PCT:  # type: ignore[operator]
+            out[r.rank] = extra
+    return out
+
+
+def collective_wait(rows: Sequence[RankRow]) -> Finding | None:
+    """Ranks whose exposed communication is long while the straggler's input or compute is: they wait in the
+    collective for it, which is not a communication problem of their own."""
+    waiting = waiting_ranks(rows)
+    found = find_straggler(rows)
+    if not waiting or found is None:
+        return None
+    by_rank = {r.rank: r for r in rows}
+    slow = by_rank[found.rank]
+    median_wait = statistics.median(waiting.values())
+    median_step = statistics.median(by_rank[r].step_ms for r in waiting)  # type: ignore[type-var]
+    names = rank_list(waiting)
+    plural, verb, their = ("ranks", "wait", "their") if len(waiting) > 1 else ("rank", "waits", "its")
+    measured = all(by_rank[r].exposed_comm_ms is not None for r in waiting)
+    backend = slow.backend or next((by_rank[r].backend for r in waiting if by_rank[r].backend), None)
+    where = f"in {backend.upper()}" if measured and backend else "in collectives"
+    spread = (
+        f" ({_fmt(min(waiting.values()))}-{_fmt(max(waiting.values()))} ms across them)"
+        if max(waiting.values()) - min(waiting.values()) >= 0.05  # differs once rounded to 0.1
+        else ""
+    )
+    if measured:
+        how = (
+            f"{their} exposed communication is {_fmt(statistics.median(by_rank[r].exposed_comm_ms for r in waiting))} "  # type: ignore[type-var]
+            f"ms a step (median) against {_fmt(slow.exposed_comm_ms)} ms on rank {slow.rank}"
+        )
+    else:
+        how = (
+            f"estimated from {their} host compute, which holds the gradient all-reduce: "
+            f"{_fmt(statistics.median(by_rank[r].compute_ms for r in waiting))} ms a step (median) against "  # type: ignore[type-var]
+            f"{_fmt(slow.compute_ms)} ms on rank {slow.rank}"
+        )
+    high = median_step > 0 and 100.0 * median_wait / median_step >= COLLECTIVE_WAIT_HIGH_PCT
+    return Finding(
+        id="collective_wait",
+        severity="high" if high else "medium",
+        title=f"{plural.capitalize()} {names} {verb} for rank {slow.rank} in collectives",
+        evidence=f"{plural.capitalize()} {names} {verb} {_fmt(median_wait)} ms a step {where} for rank "
+        f"{slow.rank}{spread}: {how}. This is waiting for the straggler, not slow communication.",
+        recommendation=f"Make rank {slow.rank} faster (see the straggler finding); tuning the communication "
+        "of the waiting ranks (DDP buckets, overlap) would not shorten the wait.",
+    )
+
+
+def diagnose_ranks(rows: Sequence[RankRow]) -> list[Finding]:
+    """The cross-rank findings, most severe first."""
+    findings = [f for rule in (straggler, collective_wait) if (f := rule(rows)) is not None]
+    return sorted(findings, key=lambda f: SEVERITY_ORDER.index(f.severity))
+
+
+def without_own_communication(
+    findings: Sequence[Finding], row: RankRow, wait_ms: float, straggler_rank: int
+) -> list[Finding]:
+    """A waiting rank's findings without ``exposed_communication`` for the time it waited for the straggler:
+    dropped when what remains is under the finding's line, else kept with the wait named in its evidence."""
+    out = []
+    for f in findings:
+        if f.id != "exposed_communication":
+            out.append(f)
+            continue
+        own = (row.exposed_comm_ms or 0.0) - wait_ms
+        if row.step_ms and 100.0 * own / row.step_ms >= EXPOSED_COMM_MEDIUM_PCT:
+            out.append(
+                dataclasses.replace(
+                    f,
+                    evidence=f.evidence + f" {_fmt(wait_ms)} ms of it is waiting for rank {straggler_rank} "
+                    "(see collective_wait).",
+                )
+            )
+    return out
