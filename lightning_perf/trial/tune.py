@@ -184,10 +184,10 @@ def run_tune(
     result.findings = list(summary.findings)
     proposal: Proposal = propose(summary.findings, summary.settings, targets, allow_semantic)
     result.candidates, result.unapplied = proposal.candidates, proposal.unapplied
-    result.candidates += [
-        Candidate(n, n, list(o), {k: _yaml_value(v) for k, v in o}, findings=["--variant"])
-        for n, o in extra or []
-    ]
+    for own, overrides in extra or []:  # the user's own candidates, renamed where a proposal took the name
+        own = own if own not in {c.name for c in result.candidates} else f"{own}_own"
+        changes = {key: _yaml_value(value) for key, value in overrides}
+        result.candidates.append(Candidate(own, own, list(overrides), changes, findings=["--variant"]))
     if not result.candidates:
         result.decision = Decision(
             None, "keep your config: the diagnosis found no change to try in the config"
