@@ -18,6 +18,10 @@ from lightning_perf.analysis.verdicts.statistics import CONFIDENCE, compare_roun
 from lightning_perf.trial.spec import TrialResult, VariantResult
 
 KEEP = "keep your config"
+METHOD = (
+    "speed-up = baseline / candidate mean step time per round, paired by round; geometric mean of the per-round "
+    "ratios with a Student-t interval of their logarithms"
+)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 from lightning_perf.analysis.summary import Finding, RunSummary, SummaryError
 from lightning_perf.trial.api import run_cli_trial
-from lightning_perf.trial.decision import Decision, Speed, choose, speeds_from_trial
+from lightning_perf.trial.decision import METHOD, Decision, Speed, choose, speeds_from_trial
 from lightning_perf.trial.progress import Progress
 from lightning_perf.trial.proposals import Candidate, Proposal, Unapplied, propose
 from lightning_perf.trial.runner import run_worker, worker_env
@@ -94,6 +94,7 @@ class TuneResult:
         if self.trial is not None:
             lines.append(self.trial.plan().replace(f"trial {self.trial.name}", "measured"))
             lines += [f"  {s.describe()}" for s in self.speeds]
+            lines.append(f"  method: {METHOD}")
         lines += [f"note: {n}" for n in self.notes]
         lines.append(f"verdict: {self.decision.line}")
         if self.tuned_path:
@@ -113,6 +114,7 @@ class TuneResult:
             "not_tried": [u.to_dict() for u in self.unapplied],
             "rounds": self.rounds,
             "speeds": [s.to_dict() for s in self.speeds],
+            "method": METHOD,
             "decision": {
                 "winner": self.decision.winner,
                 "line": self.decision.line,
