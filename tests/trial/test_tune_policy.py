@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lightning_perf.analysis.summary import Finding, Settings
-from lightning_perf.trial.decision import KEEP, Speed, choose
+from lightning_perf.analysis.summary import Distribution, Finding, RunSummary, Settings
+from lightning_perf.trial.decision import KEEP, Speed, choose, speeds_from_trial
 from lightning_perf.trial.proposals import COMBINED, SEMANTIC_LABEL, propose
+from lightning_perf.trial.spec import TrialResult, VariantResult
 from lightning_perf.trial.tune import plan_rounds
 from lightning_perf.trial.tuned_config import apply_changes, tuned_path, write_tuned
 
@@ -131,3 +132,28 @@ def test_apply_changes_never_touches_its_input(bad):
     config = {"trainer": {"max_epochs": 1}, "extra": bad}
     apply_changes(config, {"trainer.max_epochs": 5})
     assert config == {"trainer": {"max_epochs": 1}, "extra": bad}
+
+
+def rounds_of(*means: float) -> list[RunSummary]:
+    summaries = []
+    for mean in means:
+        summary = RunSummary()
+        summary.timing.step_time_ms = Distribution.of([mean * 0.9, mean, mean * 1.1])
+        summaries.append(summary)
+    return summaries
+
+
+def test_the_adapter_pairs_each_candidates_mean_step_time_with_the_baselines_of_the_same_round():
+    variants = [
+        VariantResult("baseline", "b", status="ok", rounds=rounds_of(100.0, 120.0, 110.0)),
+        VariantResult("fast", "f", status="ok", rounds=rounds_of(50.0, 60.0, 55.0)),  # half, round by round
+        VariantResult("boom", "x", status="failed", error="RuntimeError: injected failure"),
+    ]
+    result = TrialResult("t", "dir", 10, variants, repeats=3)
+    speeds = {
+        s.name: s for s in speeds_from_trial(result, {"fast": "num_workers=2", "boom": "boom"}, "baseline")
+    }
+    fast = speeds["fast"]
+    assert fast.speedup == pytest.approx(2.0) and fast.low == pytest.approx(2.0) and fast.rounds == 3
+    assert fast.significant and speeds["boom"].error == "RuntimeError: injected failure"
+    assert choose(list(speeds.values())).winner == "fast"
