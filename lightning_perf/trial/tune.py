@@ -93,9 +93,13 @@ class TuneResult:
             lines += [f"  {u.finding} ({u.reason}): {u.recommendation}" for u in self.unapplied]
         if self.trial is not None:
             lines.append(self.trial.plan().replace(f"trial {self.trial.name}", "measured"))
-            lines += [f"  {s.describe()}" for s in self.speeds]
+            logs = {v.name: v.log_path for v in self.trial.variants if not v.ok and v.log_path}
+            lines += [
+                f"  {s.describe()}" + (f" (log: {logs[s.name]})" if s.name in logs else "")
+                for s in self.speeds
+            ]
             lines.append(f"  method: {METHOD}")
-        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"note: {n}" for n in [*self.notes, *(self.trial.notes if self.trial else [])]]
         lines.append(f"verdict: {self.decision.line}")
         if self.tuned_path:
             lines.append(f"wrote {self.tuned_path} (your config is unchanged):")
@@ -128,7 +132,7 @@ class TuneResult:
 
 
 def plan_rounds(run_s: float, variants: int, repeats: int, budget_left_s: float | None) -> tuple[int, int]:
-    """(rounds, variants kept, baseline included) that fit the budget at ``run_s`` seconds a run.
+    """(rounds, variants kept, the baseline counted) that fit the budget at ``run_s`` seconds a run.
 
     Fewer rounds first (down to :data:`MIN_ROUNDS`), then fewer candidates (the last proposed first);
     ``(0, 0)`` when not even the baseline and one candidate fit twice.
