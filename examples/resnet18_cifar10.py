@@ -12,11 +12,17 @@ verdict with its interval. ``--data cifar10 --data-dir DIR`` uses the real data 
 The same model and data as a Lightning CLI (``fit``, ``validate``, ``test``, ``predict``)::
 
     python examples/resnet18_cifar10.py fit --config examples/config.yaml
+
+What a user runs on their own project, here on this one (``lightning-perf tune`` on ``examples/config.yaml``;
+any ``tune`` flag after ``tune``; writes ``examples/config.tuned.yaml`` when a change is verified faster)::
+
+    python examples/resnet18_cifar10.py tune --steps 20 --budget-s 900
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -320,6 +326,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if given and given[0] in CLI_SUBCOMMANDS:
         run_cli(argv)
         return 0
+    if given and given[0] == "tune":  # the closed loop as a user runs it: diagnose, measure, write the config
+        from lightning_perf.cli import main as lightning_perf_main
+
+        root = str(Path(__file__).resolve().parents[1])  # the workers import the config's examples.* classes
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+
+        return lightning_perf_main(["tune", "--config", os.path.relpath(CONFIG_PATH), *given[1:]])
     from examples.case_study import parse_study_args, run_study
 
     return run_study(parse_study_args(given))

@@ -146,6 +146,11 @@ def test_case_study_measures_before_and_after_with_an_interval(tmp_path, capsys)
     assert f"tensorboard --logdir {tmp_path / 'resnet18_cifar10'}" in out
 
 
+def test_the_tune_mode_hands_the_example_config_to_lightning_perf_tune(capsys):
+    assert resnet18_cifar10.main(["tune", "--budget-s", "0"]) == 2  # refused before anything runs
+    assert "lightning-perf tune: error: --budget-s must be a number of seconds > 0" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -28,6 +28,7 @@ from typing_extensions import override
 from lightning_perf import console
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.callback import PerfCallback
+from lightning_perf.trial import targets
 from lightning_perf.trial.runner import describe_error, protocol_line
 
 if TYPE_CHECKING:
@@ -236,7 +237,10 @@ def run_cli_variant(spec: dict[str, Any], report: Report) -> str:
     )
     if cli.config.get("ckpt_path"):
         log.info("lightning-perf trial: ignoring ckpt_path %s", cli.config["ckpt_path"])
-    perf = prepare_trainer(cli.trainer, int(spec["steps"]), report)
+    if spec.get("targets_path"):  # `tune`'s diagnosis: where the config can set each tunable setting
+        targets.write(spec["targets_path"], cli.config, cli.model, cli.datamodule)
+    own = any(isinstance(cb, PerfCallback) for cb in cli.trainer.callbacks)  # the user's arguments win
+    perf = prepare_trainer(cli.trainer, int(spec["steps"]), report, None if own else spec.get("perf_kwargs"))
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     run_dir = os.path.join(spec["log_dir"], spec["experiment"], run_version(spec))
     return finish_run(perf, run_dir)

@@ -1,0 +1,149 @@
+"""``lightning-perf tune``: diagnose a Lightning CLI config, measure the changes its findings ask for, and write the
+fastest verified one as ``CFG.tuned.yaml`` (see :mod:`lightning_perf.trial.tune`).
+
+Example::
+
+    lightning-perf tune --config config.yaml --steps 20 --repeats 3 --budget-s 600
+
+Exit codes: 0 a verdict (a tuned config, or keep your config); 1 no verdict (the diagnosis or the baseline
+failed, or the budget is too small); 2 bad arguments; 130 interrupted (the rounds done stay in the log dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+
+from lightning_perf.analysis.summary import SUMMARY_FILENAME
+from lightning_perf.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error
+from lightning_perf.trial.spec import (
+    DEFAULT_LOG_DIR,
+    DEFAULT_REPEATS,
+    TrialError,
+    check_configs,
+    check_count,
+    check_name,
+    check_steps,
+    check_variant_names,
+    parse_variant,
+)
+from lightning_perf.trial.tune import BASELINE, DEFAULT_BUDGET_S, DEFAULT_STEPS, DIAGNOSIS, run_tune
+
+HELP = "Diagnose a Lightning CLI config, measure the changes its findings ask for, write the fastest verified one."
+PROG = "lightning-perf tune"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", required=True, metavar="CFG.yaml", help="the Lightning CLI config to tune"
+    )
+    parser.add_argument(
+        "--cli",
+        metavar="MODULE:FUNCTION",
+        help="how to build the CLI for a config with plain model:/data: sections (as for `trial`)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        metavar="N",
+        help=f"timed training steps per variant and round (default: {DEFAULT_STEPS})",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        metavar="R",
+        help=f"interleaved rounds per variant, fewer when the budget is short (default: {DEFAULT_REPEATS})",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        metavar="S",
+        help=f"seconds for the whole tune, diagnosis included (default: {DEFAULT_BUDGET_S:g})",
+    )
+    parser.add_argument(
+        "--allow-semantic-changes",
+        action="store_true",
+        help="also try changes that alter what is learned (batch size; lower precision for a full-precision run)",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:key=value[,key=value...]",
+        help="also measure this candidate of your own (repeat), e.g. workers8:data.init_args.num_workers=8",
+    )
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+    )
+    parser.add_argument(
+        "--log-dir", default=DEFAULT_LOG_DIR, metavar="DIR", help=f"log root (default: {DEFAULT_LOG_DIR})"
+    )
+    parser.add_argument(
+        "--name",
+        metavar="EXPERIMENT",
+        help="experiment folder (default: <config stem>_tune, then _tune_2, ...)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        extra = _check_args(args)
+    except (TrialError, OSError) as err:
+        return error(PROG, err)
+    try:
+        result = run_tune(
+            args.config,
+            steps=args.steps,
+            repeats=args.repeats,
+            budget_s=args.budget_s,
+            log_dir=args.log_dir,
+            name=args.name,
+            cli=args.cli,
+            allow_semantic=args.allow_semantic_changes,
+            extra=extra,
+        )
+    except (TrialError, OSError) as err:
+        return error(PROG, err)
+    except KeyboardInterrupt:  # the running worker and its process group were stopped by the runner
+        done = glob.glob(os.path.join(args.log_dir, "**", SUMMARY_FILENAME), recursive=True)
+        print(
+            f"{PROG}: interrupted; the runs done are kept ({len(done)} run summaries under {args.log_dir}); "
+            "no tuned config was written",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+    else:
+        print(result.render(), end="")
+    return EXIT_OK if result.decision.judged else EXIT_FAILED
+
+
+def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str]]]]:
+    check_steps(args.steps, "--steps")
+    check_count(args.repeats, "--repeats", 2)  # one round gives no interval, so no verdict
+    if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        raise TrialError(f"--budget-s must be a number of seconds > 0, got {args.budget_s:g}")
+    extra = [parse_variant(text) for text in args.variant]
+    for name, overrides in extra:
+        if not overrides:
+            raise TrialError(
+                f"--variant {name!r}: give its overrides, e.g. {name}:data.init_args.num_workers=8"
+            )
+    check_variant_names([BASELINE, DIAGNOSIS, *(n for n, _ in extra)], "--variant")
+    check_configs([args.config], args.cli)
+    if args.name is not None:
+        check_name(args.name, "--name")
+        if os.path.exists(os.path.join(args.log_dir, args.name)):
+            raise TrialError(
+                f"--name: {os.path.join(args.log_dir, args.name)} already exists; choose another --name "
+                "(or leave it out for a fresh one)"
+            )
+    return extra

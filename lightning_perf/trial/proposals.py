@@ -1,0 +1,186 @@
+"""From a diagnosis to candidate variants of a Lightning CLI config (``lightning-perf tune``).
+
+Pure: takes the findings of the diagnosis fit, its settings and where the config can set each key (the
+``targets`` the worker read from the user's own classes, see :mod:`lightning_perf.trial.targets`), and returns
+
+* :class:`Candidate` variants, each a set of config overrides named after its change, plus their combination;
+* :class:`Unapplied` changes: those that need code (the batched-transforms recipe, removing ``.item()`` calls),
+  those the config cannot reach (a DataLoader built in code with fixed arguments), those a trial cannot measure
+  (validation and checkpoint frequency: trials run neither) and semantic changes not asked for.
+
+A change that alters what is learned (the batch size; lower precision for a run that asked for full precision)
+is a candidate only with ``allow_semantic`` and is always labelled so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_perf.analysis.rules.thresholds import FULL_PRECISION, SETTING_TARGETS
+from lightning_perf.analysis.summary import Finding, Settings
+
+# the settings a Trainer flag override sets (``trainer.<key>``)
+TRAINER_KEYS = ("benchmark", "precision")
+# settings a trial cannot measure: its runs do no validation and save no checkpoints
+UNMEASURED_KEYS = ("check_val_every_n_epoch", "val_check_interval", "limit_val_batches", "every_n_epochs")
+# DataLoader arguments that change what is learned (the optimizer sees other batches)
+SEMANTIC_LOADER_KEYS = ("batch_size",)
+# findings of these severities with no settings change still ask for work: listed as "needs code"
+ACTIONABLE_SEVERITIES = ("high", "medium")
+COMBINED = "combined"
+SEMANTIC_LABEL = "semantic change: alters what is learned"
+
+
+@dataclass
+class Candidate:
+    """One variant to measure: ``overrides`` for the CLI (``key``, value text), ``changes`` for the YAML."""
+
+    name: str  # a directory name (letters, digits, _.-)
+    label: str  # how people read it: "num_workers=2 + persistent_workers"
+    overrides: list[tuple[str, str]]
+    changes: dict[str, Any]  # dotted config key -> value
+    semantic: bool = False
+    findings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "overrides": dict(self.overrides),
+            "semantic": self.semantic,
+            "findings": list(self.findings),
+        }
+
+
+@dataclass
+class Unapplied:
+    """A finding's change tune does not try, and why: ``needs code``, ``not in the config``, ``not measured``
+    or ``semantic``."""
+
+    finding: str
+    title: str
+    reason: str
+    recommendation: str
+    change: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "finding": self.finding,
+            "title": self.title,
+            "reason": self.reason,
+            "recommendation": self.recommendation,
+            "change": dict(self.change),
+        }
+
+
+@dataclass
+class Proposal:
+    candidates: list[Candidate]
+    unapplied: list[Unapplied]
+
+
+def value_text(value: Any) -> str:
+    """A value as the Lightning CLI reads it on the command line (``true``, ``2``, ``bf16-mixed``)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def label_of(key: str, value: Any) -> str:
+    return key if value is True else f"{key}={value}"
+
+
+def slug(text: str) -> str:
+    """A variant name from a label: ``num_workers=2`` -> ``num_workers_2``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.") or "candidate"
+
+
+def is_semantic(key: str, value: Any, settings: Settings) -> bool:
+    if key in SEMANTIC_LOADER_KEYS:
+        return True
+    if key == "precision":  # full precision asked for (or the default, None): lower precision changes numbers
+        return settings.precision is None or str(settings.precision) in FULL_PRECISION
+    return False
+
+
+def config_key(key: str, targets: dict[str, Any]) -> str | None:
+    """Where the config sets ``key``: ``trainer.benchmark``, ``data.init_args.num_workers``, or None."""
+    if key in TRAINER_KEYS:
+        return f"trainer.{key}"
+    return targets.get("loader_keys", {}).get(key)
+
+
+def propose(
+    findings: Sequence[Finding],
+    settings: Settings,
+    targets: dict[str, Any],
+    allow_semantic: bool = False,
+) -> Proposal:
+    """The candidates for the findings (most severe first, one per setting), plus their combination."""
+    singles: list[Candidate] = []
+    unapplied: list[Unapplied] = []
+    taken: set[str] = set()
+    for f in findings:
+        if not f.settings_change:
+            if f.severity in ACTIONABLE_SEVERITIES:
+                unapplied.append(Unapplied(f.id, f.title, "needs code", f.recommendation))
+            continue
+        for key, value in f.settings_change.items():
+            if key in taken:
+                continue
+            reason = _why_not(key, value, settings, targets, allow_semantic)
+            if reason is not None:
+                unapplied.append(Unapplied(f.id, f.title, reason, f.recommendation, {key: value}))
+                continue
+            where = config_key(key, targets)
+            assert where is not None  # _why_not checked
+            taken.add(key)
+            label = label_of(key, value)
+            semantic = is_semantic(key, value, settings)
+            singles.append(
+                Candidate(
+                    slug(label),
+                    label + (f" ({SEMANTIC_LABEL})" if semantic else ""),
+                    [(where, value_text(value))],
+                    {where: value},
+                    semantic,
+                    [f.id],
+                )
+            )
+    compile_key = targets.get("compile")
+    if compile_key and not targets.get("compile_on"):
+        singles.append(Candidate("compile", "torch.compile", [(compile_key, "true")], {compile_key: True}))
+    candidates = list(singles)
+    if len(singles) > 1:
+        semantic = any(c.semantic for c in singles)
+        label = " + ".join(c.label.removesuffix(f" ({SEMANTIC_LABEL})") for c in singles)
+        candidates.append(
+            Candidate(
+                COMBINED,
+                label + (f" ({SEMANTIC_LABEL})" if semantic else ""),
+                [o for c in singles for o in c.overrides],
+                {k: v for c in singles for k, v in c.changes.items()},
+                semantic,
+                [i for c in singles for i in c.findings],
+            )
+        )
+    return Proposal(candidates, unapplied)
+
+
+def _why_not(
+    key: str, value: Any, settings: Settings, targets: dict[str, Any], allow_semantic: bool
+) -> str | None:
+    if SETTING_TARGETS.get(key) == "LightningModule":
+        return "needs code"
+    if key in UNMEASURED_KEYS:
+        return "not measured: a trial runs no validation and saves no checkpoints"
+    if config_key(key, targets) is None:
+        return (
+            f"not in the config: the DataLoader's {key} is not an argument of the datamodule or model; "
+            "set it where the DataLoader is built"
+        )
+    if is_semantic(key, value, settings) and not allow_semantic:
+        return f"{SEMANTIC_LABEL}; tried only with --allow-semantic-changes"
+    return None

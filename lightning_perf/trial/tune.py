@@ -1,0 +1,314 @@
+"""``lightning-perf tune``: from a diagnosis to a faster, verified config, on the user's own Lightning CLI project.
+
+1. **Diagnose**: a short fit of the config as given, in a worker process, with a PerfCallback (the num_workers
+   probe included); the worker also reports where the config can set each DataLoader argument.
+2. **Propose** (:mod:`~lightning_perf.trial.proposals`): a candidate per settings change the findings ask for,
+   plus their combination; changes that need code, that a trial cannot measure or that alter what is learned
+   (unless allowed) are listed, never applied.
+3. **Measure**: the baseline and the candidates in interleaved, rotated rounds (:func:`run_cli_trial`), as
+   many rounds as the time budget allows (at least two, or it says the budget is too small).
+4. **Decide and write** (:mod:`~lightning_perf.trial.decision`, :mod:`~lightning_perf.trial.tuned_config`): the
+   fastest candidate whose speed-up interval lies above 1, written as ``CFG.tuned.yaml`` beside the config,
+   or "keep your config". The user's file is only read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_perf.analysis.summary import Finding, RunSummary, SummaryError
+from lightning_perf.trial.api import run_cli_trial
+from lightning_perf.trial.decision import METHOD, Decision, Speed, choose, speeds_from_trial
+from lightning_perf.trial.progress import Progress
+from lightning_perf.trial.proposals import Candidate, Proposal, Unapplied, propose
+from lightning_perf.trial.runner import run_worker, worker_env
+from lightning_perf.trial.spec import (
+    DEFAULT_WARMUP_STEPS,
+    WORKER_LOG_FILENAME,
+    WORKER_MODULE,
+    TrialResult,
+)
+from lightning_perf.trial.tuned_config import write_tuned
+
+TUNE_SCHEMA_NAME = "lightning-perf/tune"
+TUNE_SCHEMA_VERSION = 1
+BASELINE = "baseline"
+DIAGNOSIS = "diagnosis"
+TARGETS_FILENAME = "tune_targets.json"
+DEFAULT_STEPS = 20
+DEFAULT_BUDGET_S = 600.0
+# The diagnosis times at least this many steps: the input-bound rule's own minimum for a verdict
+# (rules/inputs.py MIN_STEPS_FOR_INPUT_VERDICT: below it, worker start-up weighs on the wait share).
+DIAGNOSIS_MIN_STEPS = 20
+# The num_workers probe's cap in the diagnosis. Our choice: the probe's own default budget is 10 s; tune then
+# measures the probe's suggestion in full rounds, so a shorter look is enough to find the candidate.
+DIAGNOSIS_PROBE_BUDGET_S = 5.0
+# Fewest rounds that give an interval at all (one degree of freedom for the paired t-interval).
+MIN_ROUNDS = 2
+# A measured run is stopped (and reported as failed) past this multiple of the diagnosis-based estimate, or
+# this many seconds, whichever is longer: a hang must not eat the budget, a slow start on a busy machine must
+# not fail a candidate. Our choice.
+RUN_TIMEOUT_FACTOR = 5.0
+MIN_RUN_TIMEOUT_S = 120.0
+
+
+@dataclass
+class TuneResult:
+    """What ``tune`` found, tried and decided. ``decision.winner`` is a candidate's name or None (keep)."""
+
+    config: str
+    experiment_dir: str
+    findings: list[Finding] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+    unapplied: list[Unapplied] = field(default_factory=list)
+    speeds: list[Speed] = field(default_factory=list)
+    decision: Decision = field(default_factory=lambda: Decision(None, "no verdict", judged=False))
+    trial: TrialResult | None = None
+    tuned_path: str | None = None
+    diff: str = ""
+    notes: list[str] = field(default_factory=list)
+    rounds: int = 0
+    diagnosis_error: str | None = None
+
+    def render(self) -> str:
+        lines = [f"tune {self.config}: diagnosis under {os.path.join(self.experiment_dir, DIAGNOSIS)}"]
+        if self.diagnosis_error:
+            lines.append(f"  the diagnosis fit failed: {self.diagnosis_error}")
+        for f in self.findings:
+            lines.append(f"  [{f.severity}] {f.id}: {f.title}")
+        if self.candidates:
+            lines.append("candidates:")
+            lines += [
+                f"  {c.label}" + (f"  (from {', '.join(c.findings)})" if c.findings else "")
+                for c in self.candidates
+            ]
+        if self.unapplied:
+            lines.append("not tried:")
+            lines += [f"  {u.finding} ({u.reason}): {u.recommendation}" for u in self.unapplied]
+        if self.trial is not None:
+            lines.append(self.trial.plan().replace(f"trial {self.trial.name}", "measured"))
+            logs = {v.name: v.log_path for v in self.trial.variants if not v.ok and v.log_path}
+            lines += [
+                f"  {s.describe()}" + (f" (log: {logs[s.name]})" if s.name in logs else "")
+                for s in self.speeds
+            ]
+            lines.append(f"  method: {METHOD}")
+        lines += [f"note: {n}" for n in [*self.notes, *(self.trial.notes if self.trial else [])]]
+        lines.append(f"verdict: {self.decision.line}")
+        if self.tuned_path:
+            lines.append(f"wrote {self.tuned_path} (your config is unchanged):")
+            lines.append(self.diff.rstrip("\n"))
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": TUNE_SCHEMA_NAME,
+            "schema_version": TUNE_SCHEMA_VERSION,
+            "config": self.config,
+            "experiment_dir": self.experiment_dir,
+            "diagnosis_error": self.diagnosis_error,
+            "findings": [{"id": f.id, "severity": f.severity, "title": f.title} for f in self.findings],
+            "candidates": [c.to_dict() for c in self.candidates],
+            "not_tried": [u.to_dict() for u in self.unapplied],
+            "rounds": self.rounds,
+            "speeds": [s.to_dict() for s in self.speeds],
+            "method": METHOD,
+            "decision": {
+                "winner": self.decision.winner,
+                "line": self.decision.line,
+                "judged": self.decision.judged,
+            },
+            "tuned_config": self.tuned_path,
+            "diff": self.diff,
+            "notes": list(self.notes),
+            "trial": self.trial.to_dict() if self.trial is not None else None,
+        }
+
+
+def plan_rounds(run_s: float, variants: int, repeats: int, budget_left_s: float | None) -> tuple[int, int]:
+    """(rounds, variants kept, the baseline counted) that fit the budget at ``run_s`` seconds a run.
+
+    Fewer rounds first (down to :data:`MIN_ROUNDS`), then fewer candidates (the last proposed first);
+    ``(0, 0)`` when not even the baseline and one candidate fit twice.
+    """
+    if budget_left_s is None:
+        return repeats, variants
+    for kept in range(variants, 1, -1):
+        fit = int(budget_left_s // (max(run_s, 1e-9) * kept))
+        if fit >= MIN_ROUNDS:
+            return min(repeats, fit), kept
+    return 0, 0
+
+
+def free_experiment(log_dir: str, stem: str) -> str:
+    """``<stem>_tune``, or ``<stem>_tune_2``, ... : the first name not yet used under ``log_dir``."""
+    name, n = f"{stem}_tune", 1
+    while os.path.exists(os.path.join(log_dir, name)):
+        n += 1
+        name = f"{stem}_tune_{n}"
+    return name
+
+
+def run_tune(
+    config: str,
+    steps: int = DEFAULT_STEPS,
+    repeats: int = 3,
+    budget_s: float | None = DEFAULT_BUDGET_S,
+    log_dir: str = "perf_logs",
+    name: str | None = None,
+    cli: str | None = None,
+    allow_semantic: bool = False,
+    extra: list[tuple[str, list[tuple[str, str]]]] | None = None,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+) -> TuneResult:
+    """Diagnose, propose, measure, decide; arguments are checked by the caller (``lightning_perf.cli.tune``).
+
+    ``extra``: the user's own candidates (name, overrides), measured with the proposed ones, never combined.
+    A ``KeyboardInterrupt`` stops the running worker (its process group) and propagates; the rounds done stay
+    on disk under the experiment folder.
+    """
+    started = time.monotonic()
+    name = name or free_experiment(log_dir, os.path.splitext(os.path.basename(config))[0])
+    result = TuneResult(config, os.path.join(log_dir, name))
+    diag_steps = max(steps, DIAGNOSIS_MIN_STEPS) + warmup_steps
+    summary, targets, wall_s, error = _diagnose(config, cli, diag_steps, log_dir, name, budget_s)
+    if summary is None:
+        result.diagnosis_error = error
+        if budget_s is not None and error and error.startswith("timed out"):
+            result.notes.append(
+                f"the budget (--budget-s {budget_s:g}) is too small for any verdict: the diagnosis fit alone "
+                "did not finish in it"
+            )
+        result.decision = Decision(None, "no verdict: the diagnosis fit failed", judged=False)
+        return result
+    result.findings = list(summary.findings)
+    proposal: Proposal = propose(summary.findings, summary.settings, targets, allow_semantic)
+    result.candidates, result.unapplied = proposal.candidates, proposal.unapplied
+    for own, overrides in extra or []:  # the user's own candidates, renamed where a proposal took the name
+        own = own if own not in {c.name for c in result.candidates} else f"{own}_own"
+        changes = {key: _yaml_value(value) for key, value in overrides}
+        result.candidates.append(Candidate(own, own, list(overrides), changes, findings=["--variant"]))
+    if not result.candidates:
+        result.decision = Decision(
+            None, "keep your config: the diagnosis found no change to try in the config"
+        )
+        return result
+
+    run_s = _run_estimate(summary, wall_s, diag_steps, steps + warmup_steps)
+    left = None if budget_s is None else budget_s - (time.monotonic() - started)
+    rounds, kept = plan_rounds(run_s, len(result.candidates) + 1, repeats, left)
+    if rounds == 0:
+        need = MIN_ROUNDS * 2 * run_s
+        result.notes.append(
+            f"the budget (--budget-s {budget_s:g}) is too small for any verdict: {left:.0f} s are left after the "
+            f"diagnosis, and two rounds of the baseline and one candidate need about {need:.0f} s "
+            f"(~{run_s:.0f} s a run); give a larger --budget-s or fewer --steps"
+        )
+        result.decision = Decision(
+            None, "no verdict: the budget is too small; keep your config", judged=False
+        )
+        return result
+    if kept < len(result.candidates) + 1:
+        dropped = result.candidates[kept - 1 :]
+        result.notes.append(
+            f"left out to fit the budget: {', '.join(c.label for c in dropped)} (give a larger --budget-s)"
+        )
+        result.candidates = result.candidates[: kept - 1]
+    if rounds < repeats:
+        result.notes.append(f"{rounds} rounds instead of {repeats}, to fit the budget")
+    result.rounds = rounds
+    variants = [(BASELINE, []), *((c.name, c.overrides) for c in result.candidates)]
+    result.trial = run_cli_trial(
+        [config],
+        variants,
+        steps,
+        log_dir,
+        name,
+        timeout_s=max(RUN_TIMEOUT_FACTOR * run_s, MIN_RUN_TIMEOUT_S),
+        repeats=rounds,
+        warmup_steps=warmup_steps,
+        cli=cli,
+    )
+    base = result.trial.variants[0]
+    result.speeds = speeds_from_trial(result.trial, {c.name: c.label for c in result.candidates}, BASELINE)
+    if not base.ok:
+        result.decision = Decision(
+            None, f"no verdict: the baseline failed ({base.error}); keep your config", judged=False
+        )
+        return result
+    result.decision = choose(result.speeds)
+    winner = next((c for c in result.candidates if c.name == result.decision.winner), None)
+    if winner is not None:
+        try:
+            result.tuned_path, result.diff = write_tuned(config, winner.changes)
+        except OSError as err:
+            result.notes.append(f"could not write the tuned config: {err.strerror or err}")
+    return result
+
+
+def _diagnose(
+    config: str, cli: str | None, steps: int, log_dir: str, experiment: str, budget_s: float | None
+) -> tuple[RunSummary | None, dict[str, Any], float, str | None]:
+    """The diagnosis fit in a worker: its summary, the config targets, its wall time, or its error."""
+    run_dir = os.path.join(log_dir, experiment, DIAGNOSIS)
+    os.makedirs(run_dir, exist_ok=True)
+    targets_path = os.path.join(run_dir, TARGETS_FILENAME)
+    spec = {
+        "configs": [config],
+        "overrides": [],
+        "steps": steps,
+        "log_dir": log_dir,
+        "experiment": experiment,
+        "variant": DIAGNOSIS,
+        "version": DIAGNOSIS,
+        "cli": cli,
+        "perf_kwargs": {"probe_num_workers": "auto", "probe_budget_s": DIAGNOSIS_PROBE_BUDGET_S},
+        "targets_path": targets_path,
+    }
+    progress = Progress(1, 1, steps)
+    progress.start(1, 1, DIAGNOSIS, steps)
+    begun = time.perf_counter()
+    try:
+        error = run_worker(
+            [sys.executable, "-m", WORKER_MODULE],
+            json.dumps(spec),
+            os.path.join(run_dir, WORKER_LOG_FILENAME),
+            timeout_s=budget_s,
+            on_progress=progress.step,
+            env=worker_env(),
+        )
+    finally:
+        progress.close()
+    wall_s = time.perf_counter() - begun
+    if error is not None:
+        return None, {}, wall_s, f"{error} (log: {os.path.join(run_dir, WORKER_LOG_FILENAME)})"
+    try:
+        summary = RunSummary.load(run_dir)
+        with open(targets_path, encoding="utf-8") as fh:
+            targets = json.load(fh)
+    except (SummaryError, OSError, ValueError) as err:
+        return None, {}, wall_s, str(err)
+    return summary, targets, wall_s, None
+
+
+def _run_estimate(summary: RunSummary, diag_wall_s: float, diag_steps: int, run_steps: int) -> float:
+    """Seconds a measured run takes: the diagnosis's wall time less the steps it ran beyond a measured run's
+    (the probe's time stays in: an estimate on the long side keeps the plan inside the budget)."""
+    step = summary.timing.step_time_ms
+    step_s = step.mean / 1000.0 if step is not None and math.isfinite(step.mean) else 0.0
+    return max(diag_wall_s - max(diag_steps - run_steps, 0) * step_s, 1.0)
+
+
+def _yaml_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text

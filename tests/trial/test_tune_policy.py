@@ -1,0 +1,159 @@
+"""`tune`'s pure parts: findings -> candidates, the decision, the budget plan, the tuned config file."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from lightning_perf.analysis.summary import Distribution, Finding, RunSummary, Settings
+from lightning_perf.trial.decision import KEEP, Speed, choose, speeds_from_trial
+from lightning_perf.trial.proposals import COMBINED, SEMANTIC_LABEL, propose
+from lightning_perf.trial.spec import TrialResult, VariantResult
+from lightning_perf.trial.tune import plan_rounds
+from lightning_perf.trial.tuned_config import apply_changes, tuned_path, write_tuned
+
+TARGETS = {
+    "loader_keys": {
+        "num_workers": "data.init_args.num_workers",
+        "persistent_workers": "data.init_args.persistent_workers",
+        "batch_size": "data.init_args.batch_size",
+    },
+    "compile": None,
+}
+
+
+def finding(id_: str, change: dict, severity: str = "high") -> Finding:
+    return Finding(id_, severity, f"title of {id_}", "evidence", f"do {id_}", change)
+
+
+def test_findings_become_config_candidates_their_combination_and_a_list_of_what_is_not_tried():
+    findings = [
+        finding("input_bound", {"num_workers": 2}),
+        finding("workers_exceed_cores", {"num_workers": 8}),  # the more severe finding's value wins
+        finding("persistent_workers", {"persistent_workers": True}, "medium"),
+        finding("cudnn_benchmark", {"benchmark": True}, "low"),
+        finding("pin_memory", {"pin_memory": True}),  # the datamodule takes no pin_memory argument
+        finding("batched_transforms", {"batched_transforms": True}),
+        finding("host_sync", {}, "medium"),  # advice only: needs code
+        finding("validation_share", {"check_val_every_n_epoch": 2}, "medium"),
+        finding("low_gpu_util", {"batch_size": 64}, "medium"),  # semantic: not without the flag
+        finding("noisy_machine", {}, "low"),  # nothing to do: not listed
+    ]
+    proposal = propose(findings, Settings(precision="32-true"), TARGETS)
+    labels = [c.label for c in proposal.candidates]
+    assert labels == [
+        "num_workers=2",
+        "persistent_workers",
+        "benchmark",
+        "num_workers=2 + persistent_workers + benchmark",
+    ]
+    by_name = {c.name: c for c in proposal.candidates}
+    assert by_name["num_workers_2"].overrides == [("data.init_args.num_workers", "2")]
+    assert by_name["benchmark"].changes == {"trainer.benchmark": True}
+    assert by_name[COMBINED].changes == {
+        "data.init_args.num_workers": 2,
+        "data.init_args.persistent_workers": True,
+        "trainer.benchmark": True,
+    }
+    reasons = {u.finding: u.reason for u in proposal.unapplied}
+    assert reasons["batched_transforms"] == "needs code" and reasons["host_sync"] == "needs code"
+    assert reasons["pin_memory"].startswith("not in the config")
+    assert reasons["validation_share"].startswith("not measured")
+    assert "--allow-semantic-changes" in reasons["low_gpu_util"]
+    assert "noisy_machine" not in reasons
+
+
+def test_semantic_changes_are_candidates_only_when_allowed_and_always_labelled():
+    findings = [finding("low_gpu_util", {"batch_size": 64}), finding("bf16", {"precision": "bf16-mixed"})]
+    assert propose(findings, Settings(precision="32-true"), TARGETS).candidates == []
+    allowed = propose(findings, Settings(precision="32-true"), TARGETS, allow_semantic=True).candidates
+    assert [c.semantic for c in allowed] == [True, True, True]
+    assert all(SEMANTIC_LABEL in c.label for c in allowed)
+    # a run already in mixed precision: another mixed precision is no semantic change
+    mixed = propose([finding("bf16", {"precision": "bf16-mixed"})], Settings(precision="16-mixed"), TARGETS)
+    assert [(c.label, c.semantic) for c in mixed.candidates] == [("precision=bf16-mixed", False)]
+
+
+def test_a_model_exposing_compile_gets_a_compile_candidate():
+    targets = {**TARGETS, "compile": "model.init_args.compile", "compile_on": False}
+    candidates = propose([], Settings(), targets).candidates
+    assert [(c.name, c.overrides) for c in candidates] == [("compile", [("model.init_args.compile", "true")])]
+    assert propose([], Settings(), {**targets, "compile_on": True}).candidates == []
+
+
+def test_choose_takes_the_fastest_significant_candidate_else_keeps_the_config():
+    speeds = [
+        Speed("a", "num_workers=2", 1.62, 1.51, 1.74),
+        Speed("b", "combined", 1.90, 0.80, 4.0),  # faster on average but not significant
+        Speed("c", "benchmark", 1.20, 1.05, 1.30),
+        Speed("d", "boom", error="RuntimeError: injected failure"),
+    ]
+    decision = choose(speeds)
+    assert decision.winner == "a" and decision.judged
+    assert decision.line == "num_workers=2: 1.62x faster (95% interval 1.51-1.74x)"
+    keep = choose(speeds[1:2] + speeds[3:])
+    assert keep.winner is None and keep.judged and keep.line.startswith(KEEP)
+    assert "no measurable difference (speed-up 1.90x, 95% interval 0.80-4.00x)" in keep.line
+    slower = choose([Speed("s", "precision", 0.5, 0.4, 0.6)])
+    assert slower.winner is None and "2.00x slower" in slower.line
+    failed = choose(speeds[3:])
+    assert failed.winner is None and not failed.judged and "every candidate failed" in failed.line
+
+
+def test_the_budget_plan_cuts_rounds_then_candidates_and_says_when_nothing_fits():
+    assert plan_rounds(10.0, 4, 3, None) == (3, 4)
+    assert plan_rounds(10.0, 4, 3, 1000.0) == (3, 4)
+    assert plan_rounds(10.0, 4, 3, 85.0) == (2, 4)  # 2 rounds of 4 runs fit, 3 do not
+    assert plan_rounds(10.0, 4, 3, 65.0) == (2, 3)  # the last candidate left out
+    assert plan_rounds(10.0, 4, 3, 39.0) == (0, 0)  # not even baseline + one candidate twice
+
+
+def test_the_tuned_config_is_written_beside_the_original_which_stays_byte_identical(tmp_path):
+    original = tmp_path / "cfg.yaml"
+    text = "# my settings\nmodel:\n  class_path: m.M\ndata:\n  class_path: d.D\ntrainer: {max_epochs: 3}\n"
+    original.write_text(text)
+    path, diff = write_tuned(str(original), {"data.init_args.num_workers": 2, "trainer.benchmark": True})
+    assert path == str(tmp_path / "cfg.tuned.yaml") == tuned_path(str(original))
+    assert original.read_text() == text
+    tuned = yaml.safe_load((tmp_path / "cfg.tuned.yaml").read_text())
+    assert tuned == {
+        "model": {"class_path": "m.M"},
+        "data": {"class_path": "d.D", "init_args": {"num_workers": 2}},
+        "trainer": {"max_epochs": 3, "benchmark": True},
+    }
+    assert "+  init_args:" in diff and "+    num_workers: 2" in diff and "+  benchmark: true" in diff
+    assert apply_changes({"data": "d.D"}, {"data.init_args.n": 1}) == {
+        "data": {"class_path": "d.D", "init_args": {"n": 1}}
+    }
+
+
+@pytest.mark.parametrize("bad", [[], {}])
+def test_apply_changes_never_touches_its_input(bad):
+    config = {"trainer": {"max_epochs": 1}, "extra": bad}
+    apply_changes(config, {"trainer.max_epochs": 5})
+    assert config == {"trainer": {"max_epochs": 1}, "extra": bad}
+
+
+def rounds_of(*means: float) -> list[RunSummary]:
+    summaries = []
+    for mean in means:
+        summary = RunSummary()
+        summary.timing.step_time_ms = Distribution.of([mean * 0.9, mean, mean * 1.1])
+        summaries.append(summary)
+    return summaries
+
+
+def test_the_adapter_pairs_each_candidates_mean_step_time_with_the_baselines_of_the_same_round():
+    variants = [
+        VariantResult("baseline", "b", status="ok", rounds=rounds_of(100.0, 120.0, 110.0)),
+        VariantResult("fast", "f", status="ok", rounds=rounds_of(50.0, 60.0, 55.0)),  # half, round by round
+        VariantResult("boom", "x", status="failed", error="RuntimeError: injected failure"),
+    ]
+    result = TrialResult("t", "dir", 10, variants, repeats=3)
+    speeds = {
+        s.name: s for s in speeds_from_trial(result, {"fast": "num_workers=2", "boom": "boom"}, "baseline")
+    }
+    fast = speeds["fast"]
+    assert fast.speedup == pytest.approx(2.0) and fast.low == pytest.approx(2.0) and fast.rounds == 3
+    assert fast.significant and speeds["boom"].error == "RuntimeError: injected failure"
+    assert choose(list(speeds.values())).winner == "fast"
