@@ -225,7 +225,9 @@ def verdict_line(change: Any) -> str:
     in one direction (``after is 1.40x faster than before (95% interval 1.32x-1.49x)``)."""
     interval = f"{change.confidence:.0%} interval {change.factor_low:.2f}x-{change.factor_high:.2f}x"
     if change.significant:
-        return f"case study verdict: after is {change.factor:.2f}x {change.direction} than before ({interval})"
+        return (
+            f"case study verdict: after is {change.factor:.2f}x {change.direction} than before ({interval})"
+        )
     return (
         "case study verdict: no measurable difference between after and before "
         f"(estimate {change.factor:.2f}x {change.direction}, {interval})"

@@ -147,7 +147,9 @@ def test_case_study_measures_before_and_after_with_an_interval(tmp_path, capsys)
     if found:  # the change and its interval read the same way: both bounds above 1
         assert 1.0 < float(found[2]) <= float(found[3]), verdict
     else:
-        assert re.search(r"^case study verdict: no measurable difference .*95% interval [\d.]+x-[\d.]+x\)$", verdict)
+        assert re.search(
+            r"^case study verdict: no measurable difference .*95% interval [\d.]+x-[\d.]+x\)$", verdict
+        )
     assert "method: mean step time" in out
     assert f"tensorboard --logdir {tmp_path / 'resnet18_cifar10'}" in out
 

@@ -73,7 +73,9 @@ def _tick_labels(names: list[str], row: MetricRow) -> list[str]:
     labels = []
     for i, name in enumerate(names):
         change = row.changes[i] if i < len(row.changes) else None
-        note = "" if change is None else "\n" + textwrap.fill(change_cell(change, row.better), CHART_TICK_CHARS)
+        note = (
+            "" if change is None else "\n" + textwrap.fill(change_cell(change, row.better), CHART_TICK_CHARS)
+        )
         labels.append(name + note)
     return labels
 

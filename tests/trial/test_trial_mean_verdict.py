@@ -45,7 +45,9 @@ def test_two_workers_against_none_are_called_faster_with_an_interval_above_one(w
 
     # text: the verdict and the table cell read one way, the interval's both ends above 1
     verdict = next(line for line in out.splitlines() if line.startswith("verdict: "))
-    found = re.search(r"w2 is ([\d.]+)x faster than a \(mean step time, 95% interval ([\d.]+)x-([\d.]+)x\)", verdict)
+    found = re.search(
+        r"w2 is ([\d.]+)x faster than a \(mean step time, 95% interval ([\d.]+)x-([\d.]+)x\)", verdict
+    )
     assert found, out
     factor, low, high = map(float, found.groups())
     assert 1.0 < low <= factor <= high and factor > 1.5, out

@@ -82,5 +82,7 @@ def _rate_from_time(
     low, high = point * time.ratio / time.high, point * time.ratio / time.low
     separated = low > 1.0 or high < 1.0
     verdict = verdict_word(RATE, point > 1.0) if separated else NO_DIFFERENCE
-    method = f"the interval of the mean step time (throughput = samples a step / mean step time); {time.method}"
+    method = (
+        f"the interval of the mean step time (throughput = samples a step / mean step time); {time.method}"
+    )
     return MetricChange(point, low, high, time.confidence, verdict, method, None, RATE)

@@ -134,7 +134,9 @@ class MetricChange:
         if not self.significant:
             whom = f" from {than}" if than else ""
             about = f"{metric}: " if metric else ""
-            return f"{NO_DIFFERENCE}{whom} ({about}estimate {self.estimate_text()}, {level} interval {bounds})"
+            return (
+                f"{NO_DIFFERENCE}{whom} ({about}estimate {self.estimate_text()}, {level} interval {bounds})"
+            )
         whom = f" than {than}" if than else ""
         about = f"{metric}, " if metric else ""
         return f"{self.estimate_text()}{whom} ({about}{level} interval {bounds})"
