@@ -1,15 +1,19 @@
 """Uncertainty of timings and of the change between runs: intervals and verdicts that hold under noise.
 
+The verdicts compare MEAN step times (:mod:`~lightning_perf.analysis.verdicts.mean_intervals` gives single runs
+their batch-means interval); :class:`MetricChange` holds any metric's change, read one way through its
+``direction``/``factor``/``factor_low``/``factor_high``.
+
 Pure (SciPy and NumPy, no Lightning, no torch). Three questions, each answered with a named method:
 
 * How sure is one run's median? :func:`median_interval`: the distribution-free confidence interval of the
   median from order statistics (``scipy.stats.binom``), no assumption on the shape of the step times.
-* Did one run change against another? :func:`compare_samples`: bootstrap interval of the ratio of medians
-  over the per-step samples (``scipy.stats.bootstrap``), confirmed by a Mann-Whitney U test
+* Did one run's median or p90 change against another's? :func:`compare_samples`: bootstrap interval of the
+  ratio over the per-step samples (``scipy.stats.bootstrap``), confirmed by a Mann-Whitney U test
   (``scipy.stats.mannwhitneyu``). Steps within one run share the machine's state, so this covers that run's
   noise only, not a change of the machine between runs: the verdict says "single run".
 * Did a variant change over repeated, interleaved rounds? :func:`compare_rounds`: the per-round ratios
-  (variant / baseline of the same round) are the replicates; their geometric mean with a Student-t interval
+  (variant / baseline of the same round, each round's mean step time for the headline) are the replicates; their geometric mean with a Student-t interval
   on the log ratios (``scipy.stats.t``), which stays valid with as few as two rounds where a bootstrap or an
   order-statistic interval cannot reach 95%. It also says how many rounds a verdict would need.
 
