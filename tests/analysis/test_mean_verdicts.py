@@ -31,6 +31,7 @@ from lightning_perf.analysis.verdicts.statistics import (
     MetricChange,
     compare_rounds,
 )
+from lightning_perf.output.comparison_chart import chart_figure
 
 SEEDS = 100
 STEPS = 40
@@ -146,6 +147,11 @@ def test_a_change_and_its_interval_read_the_same_way_in_text_markdown_and_json()
         assert 1.0 < fields[f"{field}_low"] <= fields[field] <= fields[f"{field}_high"]
         assert fields[empty] is None and fields[f"{empty}_low"] is None
         assert from_json(data) == c
+        # the chart: the verdict as its title, each bar's change under it, the same words and numbers
+        figure = chart_figure(c)
+        ticks = [label.get_text().replace("\n", " ") for label in figure.axes[0].get_xticklabels()]
+        assert ticks[1] == f"{names[1]} {cell[1:-1]}"
+        assert figure.get_suptitle().replace("\n", " ") == c.verdict
 
 
 def test_no_measurable_difference_states_its_estimate_and_interval_in_one_direction():
