@@ -6,7 +6,8 @@
    (``num_workers`` and the other DataLoader settings, ``Trainer(benchmark=True)``, ``precision``, the
    ``batched_transforms`` recipe) is applied; the others are listed with the reason they were not.
 3. *measure*: ``lightning_perf.run_trial`` runs before and after in interleaved rounds and gives the
-   verdict on the median step time with its interval.
+   verdict on the mean step time (what training waits for) with its interval, as its last line:
+   ``case study verdict: after is 1.40x faster than before (95% interval 1.32x-1.49x)``.
 
 Every run is a TensorBoard run under ``<log dir>/resnet18_cifar10``: ``diagnosis`` and ``measured/...``.
 """
@@ -220,17 +221,21 @@ def trial_variant(name: str, setup: Setup, args: argparse.Namespace) -> Any:
 
 
 def verdict_line(change: Any) -> str:
-    """One line from the trial's MetricChange of the median step time (ratio = after / before)."""
-    if change.verdict == "faster":
-        size = f"after is {1 / change.ratio:.2f}x faster than before"
-    elif change.verdict == "slower":
-        size = f"after is {change.ratio:.2f}x slower than before"
-    else:
-        size = "no measurable difference between after and before"
+    """The study's last line, from the trial's MetricChange of the mean step time: the change and its interval
+    in one direction (``after is 1.40x faster than before (95% interval 1.32x-1.49x)``)."""
+    interval = f"{change.confidence:.0%} interval {change.factor_low:.2f}x-{change.factor_high:.2f}x"
+    if change.significant:
+        return (
+            f"case study verdict: after is {change.factor:.2f}x {change.direction} than before ({interval})"
+        )
     return (
-        f"case study verdict: {size} (median step time after/before {change.ratio:.3f}, {change.confidence:.0%} interval "
-        f"{change.low:.3f} to {change.high:.3f}; {change.method})"
+        "case study verdict: no measurable difference between after and before "
+        f"(estimate {change.factor:.2f}x {change.direction}, {interval})"
     )
+
+
+def method_line(change: Any) -> str:
+    return f"method: mean step time after against before; {change.method}"
 
 
 def study_dir(args: argparse.Namespace) -> str:
@@ -279,7 +284,7 @@ def measure(args: argparse.Namespace, plan: Plan) -> Any:
 
 
 def after_change(result: Any) -> Any:
-    """The trial's MetricChange of 'after' against 'before' (median step time), or None when not measured."""
+    """The trial's MetricChange of 'after' against 'before' (mean step time), or None when not measured."""
     changes = getattr(result.comparison, "changes", None) or {}
     return changes.get("after")
 
@@ -293,13 +298,14 @@ def run_study(args: argparse.Namespace) -> int:
         return 0
     result = measure(args, plan)
     change = after_change(result)
+    print(
+        f"\nOpen every run in TensorBoard (Scalars, Text, PyTorch Profiler tabs):\n  tensorboard --logdir {study_dir(args)}\n"
+    )
     if change is not None:
-        print(verdict_line(change))
+        print(method_line(change))
+        print(verdict_line(change))  # the last line
     else:
         print("case study verdict: not measured (" + ("; ".join(result.notes) or "no comparison") + ")")
-    print(
-        f"\nOpen every run in TensorBoard (Scalars, Text, PyTorch Profiler tabs):\n  tensorboard --logdir {study_dir(args)}"
-    )
     return 0 if change is not None else 1
 
 

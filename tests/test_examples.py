@@ -141,8 +141,16 @@ def test_case_study_measures_before_and_after_with_an_interval(tmp_path, capsys)
 
     out = capsys.readouterr().out
     assert "batched_transforms" in out.split("not applied:")[0]  # listed as applied
-    verdict = next(line for line in out.splitlines() if line.startswith("case study verdict:"))
-    assert re.search(r"interval \d+\.\d+ to \d+\.\d+", verdict), verdict
+    verdict = out.rstrip().splitlines()[-1]  # the study's last line
+    assert verdict.startswith("case study verdict: "), out
+    found = re.search(r"(faster|slower) than before \(95% interval (\d+\.\d+)x-(\d+\.\d+)x\)$", verdict)
+    if found:  # the change and its interval read the same way: both bounds above 1
+        assert 1.0 < float(found[2]) <= float(found[3]), verdict
+    else:
+        assert re.search(
+            r"^case study verdict: no measurable difference .*95% interval [\d.]+x-[\d.]+x\)$", verdict
+        )
+    assert "method: mean step time" in out
     assert f"tensorboard --logdir {tmp_path / 'resnet18_cifar10'}" in out
 
 

@@ -36,7 +36,7 @@ def add_fail_if_slower(parser: argparse.ArgumentParser) -> None:
         "--fail-if-slower",
         metavar="PCT",
         type=non_negative_percent,
-        help="exit with code 1 when a run's median step time is more than PCT percent above the baseline's "
+        help="exit with code 1 when a run's mean step time is more than PCT percent above the baseline's "
         "and the slowdown is significant (its interval lies above 1); a larger slowdown that noise could "
         "explain is reported and passes",
     )

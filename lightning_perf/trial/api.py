@@ -5,7 +5,8 @@ fits, then the comparison with intervals.
 
     result = run_trial([Variant("baseline", make_model, make_data),
                         Variant("workers4", make_model, lambda: make_data(num_workers=4))], steps=40)
-    result.comparison.changes["workers4"]  # MetricChange(ratio=0.61, low=0.58, high=0.64, verdict="faster", ...)
+    change = result.comparison.changes["workers4"]  # the mean step time's MetricChange against the first
+    change.verdict, change.factor, change.factor_low, change.factor_high  # "faster", 1.64, 1.56, 1.72
 
 :func:`run_cli_trial` runs variants of a Lightning CLI config, each round in its own process (``lightning-perf
 trial``), so a crash, a hang or a global flag set by one variant cannot touch the others. The variants run in
@@ -67,9 +68,9 @@ def _load_round(result: VariantResult, run_dir: str, warmup_steps: int) -> None:
     result.rounds.append(without_warmup(summary, warmup_steps))
 
 
-def _median_ms(summary: RunSummary | None) -> float | None:
+def _mean_ms(summary: RunSummary | None) -> float | None:
     dist = summary.timing.step_time_ms if summary is not None else None
-    return dist.median if dist is not None else None
+    return dist.mean if dist is not None else None
 
 
 def round_order(outcomes: list[VariantResult], round_index: int) -> list[tuple[int, VariantResult]]:
@@ -115,7 +116,7 @@ def _run_rounds(
                 wall = time.perf_counter() - started
                 outcome.wall_s += wall
                 reporter.finished(
-                    outcome, wall, _median_ms(outcome.rounds[-1]) if outcome.status != "failed" else None
+                    outcome, wall, _mean_ms(outcome.rounds[-1]) if outcome.status != "failed" else None
                 )
     finally:
         reporter.close()
@@ -176,7 +177,7 @@ def run_trial(
 
     Every round fits ``warmup_steps + steps`` steps with a PerfCallback; the warm-up steps are left out of the
     figures. Variants are compared over the per-round ratios (``result.comparison.changes``: each variant's
-    median step time against the first's, with an interval and a verdict). Each round is logged as the
+    mean step time against the first's, with an interval and a verdict, paired by round). Each round is logged as the
     TensorBoard run ``<log_dir>/<name>/<variant>/round_<i>`` (``<variant>`` alone with one round); the
     comparison is written as in ``lightning-perf trial``. A variant that raises is reported
     (``result.failed``) and the others go on. Global torch flags a variant's Trainer sets

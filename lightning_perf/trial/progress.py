@@ -40,10 +40,10 @@ class Progress:
             self.bar.update(done - self._done)
             self._done = done
 
-    def finished(self, result: VariantResult, wall_s: float, median_ms: float | None) -> None:
+    def finished(self, result: VariantResult, wall_s: float, mean_ms: float | None) -> None:
         self.step(self._steps, self._steps)  # a failed or short round still moves the bar to its end
         if result.ok or result.error is None:
-            detail = f" (median step {median_ms:.1f} ms)" if median_ms is not None else ""
+            detail = f" (mean step {mean_ms:.1f} ms)" if mean_ms is not None else ""
             self.say(f"done in {wall_s:.1f} s{detail}")
         else:
             log = f" (log: {result.log_path})" if result.log_path else ""

@@ -101,6 +101,12 @@ class VariantResult:
         return os.path.join(self.round_dirs[0], SUMMARY_FILENAME) if self.ok and self.round_dirs else None
 
     @property
+    def mean_step_ms(self) -> float | None:
+        """The mean step time over the variant's rounds pooled (warm-up left out): the compared figure."""
+        dist = self.summary.timing.step_time_ms if self.summary is not None else None
+        return dist.mean if dist is not None else None
+
+    @property
     def median_step_ms(self) -> float | None:
         dist = self.summary.timing.step_time_ms if self.summary is not None else None
         return dist.median if dist is not None else None
@@ -181,6 +187,7 @@ class TrialResult:
                     "round_dirs": list(v.round_dirs),
                     "log_path": v.log_path,
                     "wall_s": v.wall_s,
+                    "mean_step_ms": v.mean_step_ms,
                     "median_step_ms": v.median_step_ms,
                     "overrides": {key: value for key, value in v.overrides},
                 }

@@ -94,9 +94,9 @@ def test_format_change_absent_values_are_na_and_unjudged():
 
 def test_metric_values_and_ratios_against_baseline():
     c = before_after()
-    step = c.metric("step_time_median_ms")
+    step = c.metric("step_time_mean_ms")  # the headline; these summaries' steps average 1.1x the median
     assert step is not None
-    assert step.values == [pytest.approx(100.0), pytest.approx(60.0)]
+    assert step.values == [pytest.approx(110.0), pytest.approx(66.0)]
     assert step.ratios == [pytest.approx(1.0), pytest.approx(0.6)]
     assert step.better == "lower"
     throughput = c.metric("samples_per_sec")
@@ -104,14 +104,16 @@ def test_metric_values_and_ratios_against_baseline():
     assert throughput.ratios[1] == pytest.approx(100.0 / 60.0)
     assert c.slower_than_baseline == {}
     text = render_text(c)
-    assert "60.0 ms (1.67x faster)" in text
-    assert "3.1% (-41.9 pts, better)" in text
+    # without per-step samples there is no interval: sizes only, never judged faster/better
+    assert "66.0 ms (1.67x lower, no interval)" in text
+    assert "3.1% (-41.9 pts, no interval)" in text
+    assert "better" not in text and "worse" not in text
 
 
 def test_slower_run_is_reported_in_percent():
     c = compare([make_summary(step_ms=60.0), make_summary(step_ms=100.0)], ["fast", "slow"])
     assert c.slower_than_baseline == {"slow": pytest.approx(100.0 / 60.0 * 100.0 - 100.0)}
-    assert "100.0 ms (1.67x slower)" in render_text(c)
+    assert "110.0 ms (1.67x higher, no interval)" in render_text(c)
 
 
 def test_settings_diff_lists_only_differing_keys():
@@ -156,14 +158,14 @@ def test_absent_values_are_na_never_zero():
         assert "n/a" in wait_line and "0.0%" not in wait_line
         gpu_line = next(line for line in rendered.splitlines() if "GPU util" in line)
         assert "30.0%" in gpu_line and "n/a" in gpu_line
-    assert to_json(c)["metrics"][2]["values"] == [45.0, None]
+    assert to_json(c)["metrics"][3]["values"] == [45.0, None]
 
 
 def test_gpu_rows_only_where_present():
     cpu_only = before_after()
     keys = [row.key for row in cpu_only.metrics]
     assert "gpu_util_pct" not in keys and "kernel_busy_pct" not in keys and "peak_gpu_mem_gb" not in keys
-    assert {"step_time_median_ms", "step_time_p90_ms", "data_wait_pct", "samples_per_sec"} <= set(keys)
+    assert {"step_time_mean_ms", "step_time_median_ms", "step_time_p90_ms", "data_wait_pct"} <= set(keys)
     assert "process_cpu_pct" in keys
     with_gpu = before_after(gpu_util_pct=50.0)
     gpu = with_gpu.metric("gpu_util_pct")
@@ -173,7 +175,9 @@ def test_gpu_rows_only_where_present():
 def test_verdict_two_runs():
     faster = before_after()
     assert (
-        faster.verdict == "workers4 is 1.67x faster than baseline (median step time); data wait 45.0% -> 3.1%"
+        faster.verdict
+        == "workers4 is 1.67x faster than baseline (mean step time; no interval: no per-step samples); "
+        "throughput 320.0 samples/s -> 533.3 samples/s; data wait 45.0% -> 3.1%"
     )
     assert f"verdict: {faster.verdict}" in render_text(faster)
     with_gpu = compare(
@@ -182,7 +186,7 @@ def test_verdict_two_runs():
     )
     assert with_gpu.verdict.endswith("data wait 45.0% -> 3.1%; GPU util 30.0% -> 50.0%")
     slower = compare([make_summary(step_ms=60.0), make_summary(step_ms=100.0)], ["fast", "slow"])
-    assert slower.verdict.startswith("slow is 1.67x slower than fast (median step time)")
+    assert slower.verdict.startswith("slow is 1.67x slower than fast (mean step time;")
     same = compare([make_summary(step_ms=100.0), make_summary(step_ms=100.1)], ["a", "b"])
     assert same.verdict.startswith("b is about as fast as a")
 
@@ -190,24 +194,24 @@ def test_verdict_two_runs():
 def test_verdict_several_runs_and_missing_times():
     runs = [make_summary(step_ms=100.0), make_summary(step_ms=80.0), make_summary(step_ms=50.0)]
     c = compare(runs, ["w0", "w2", "w4"])
-    assert c.verdict.startswith("fastest of 3 runs: w4 is 2.00x faster than w0 (median step time)")
+    assert c.verdict.startswith("fastest of 3 runs: w4 is 2.00x faster than w0 (mean step time;")
     worse = compare(
         [make_summary(step_ms=50.0), make_summary(step_ms=80.0), make_summary(step_ms=100.0)], "abc"
     )
     assert worse.verdict.startswith("no run is faster than a; the fastest: b is 1.60x slower than a")
     no_base = compare([make_summary(step_ms=None), make_summary()], ["a", "b"])
-    assert no_base.verdict == "no verdict: baseline a has no median step time"
+    assert no_base.verdict == "no verdict: baseline a has no mean step time"
 
 
 def test_baseline_selection():
     runs = [make_summary(step_ms=100.0, num_workers=0), make_summary(step_ms=50.0, num_workers=4)]
     c = compare(runs, ["w0", "w4"], baseline=1)
     assert c.baseline == "w4" and c.baseline_index == 1
-    step = c.metric("step_time_median_ms")
+    step = c.metric("step_time_mean_ms")
     assert step is not None and step.ratios == [pytest.approx(2.0), pytest.approx(1.0)]
     assert c.slower_than_baseline == {"w0": pytest.approx(100.0)}
     assert c.verdict.startswith("w0 is 2.00x slower than w4")
-    assert "w4 (baseline)" in render_text(c) and "100.0 ms (2.00x slower)" in render_text(c)
+    assert "w4 (baseline)" in render_text(c) and "110.0 ms (2.00x higher, no interval)" in render_text(c)
     with pytest.raises(ValueError, match="baseline index 2"):
         compare(runs, ["w0", "w4"], baseline=2)
 

@@ -72,10 +72,12 @@ def test_table_shows_data_wait_drop_and_speedup(runs, capsys):
     setting_line = next(line for line in out.splitlines() if "num_workers" in line)
     assert setting_line.split() == ["num_workers", "0", "2"]
     wait_line = next(line for line in out.splitlines() if "data wait" in line)
-    assert "45.0%" in wait_line and "3.1% (-41.9 pts, better)" in wait_line
-    assert "60.0 ms (1.67x faster)" in out
+    # summaries without per-step samples: no interval, so sizes only, never judged better or faster
+    assert "45.0%" in wait_line and "3.1% (-41.9 pts, no interval)" in wait_line
+    assert "64.8 ms (1.67x lower, no interval)" in out  # the mean step time (1.08x these runs' medians)
     assert (
-        "verdict: workers2 is 1.67x faster than workers0 (median step time); data wait 45.0% -> 3.1%" in out
+        "verdict: workers2 is 1.67x faster than workers0 (mean step time; no interval: no per-step samples); "
+        "throughput 320.0 samples/s -> 533.3 samples/s; data wait 45.0% -> 3.1%" in out
     )
     assert not (workers0.parent / "perf_compare").exists()
 
@@ -126,7 +128,7 @@ def test_tensorboard_run_beside_the_runs(runs):
     acc = _read_tensorboard(out_dir)
     texts = acc.Tensors("perf_text/comparison/text_summary")
     markdown = texts[0].tensor_proto.string_val[0].decode()
-    assert "60.0 ms (1.67x faster)" in markdown and "| `num_workers` | `0` | `2` |" in markdown
+    assert "64.8 ms (1.67x lower, no interval)" in markdown and "| `num_workers` | `0` | `2` |" in markdown
     images = acc.Images("perf_images/comparison_chart")
     assert images[0].encoded_image_string[:8] == PNG_SIGNATURE and images[0].width > 0
     # a second comparison is a new step, not a clash with the first
@@ -134,7 +136,7 @@ def test_tensorboard_run_beside_the_runs(runs):
     acc = _read_tensorboard(out_dir)
     steps = {event.step: event for event in acc.Tensors("perf_text/comparison/text_summary")}
     assert sorted(steps) == [0, 1]
-    assert "1.67x slower" in steps[1].tensor_proto.string_val[0].decode()
+    assert "workers0 is 1.67x slower" in steps[1].tensor_proto.string_val[0].decode()
 
 
 def test_tensorboard_dir_option(runs, tmp_path):
@@ -253,7 +255,7 @@ def test_console_script(runs, tmp_path):
         timeout=120,
     )
     assert ok.returncode == 0, ok.stderr
-    assert "60.0 ms (1.67x faster)" in ok.stdout and "45.0%" in ok.stdout and "3.1%" in ok.stdout
+    assert "64.8 ms (1.67x lower, no interval)" in ok.stdout and "45.0%" in ok.stdout and "3.1%" in ok.stdout
     assert (tmp_path / "c.png").read_bytes()[:8] == PNG_SIGNATURE
     assert _read_tensorboard(workers0.parent / "perf_compare").Tags()["images"] == [
         "perf_images/comparison_chart"

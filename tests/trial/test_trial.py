@@ -99,7 +99,7 @@ def test_cli_trial_runs_each_variant_as_its_own_run_and_compares_them(workdir, c
     )
     assert "2 interleaved rounds (baseline workers2, the order rotated each round)" in out
     # progress on stderr: a bar, and a line per round as it ends, interleaved A B, B A
-    finished = re.findall(r"\[round (\d)/2 (\d)/2\] (\w+): done in [\d.]+ s \(median step [\d.]+ ms\)", err)
+    finished = re.findall(r"\[round (\d)/2 (\d)/2\] (\w+): done in [\d.]+ s \(mean step [\d.]+ ms\)", err)
     assert finished == [
         ("1", "1", "baseline"),
         ("1", "2", "workers2"),

@@ -2,16 +2,18 @@
 
 Pure: takes :class:`~lightning_perf.analysis.summary.RunSummary` objects and returns plain data (a
 :class:`Comparison`); :mod:`lightning_perf.analysis.verdicts.comparison_render` renders it as text, markdown or a
-JSON-ready dict. Each timing's change carries an interval and a verdict ("faster", "slower", "no measurable
-difference") from :mod:`lightning_perf.analysis.verdicts.statistics`: from the per-step samples of single runs, or from
-the per-round ratios when runs were repeated in interleaved rounds (``rounds``). Imports nothing from
+JSON-ready dict. The headline is the MEAN step time (what a user waits for: steps x the mean step); the median
+and p90 are shown as descriptive figures. Each tested metric's change carries its own interval and verdict
+("faster"/"slower" or "higher"/"lower" only when significant, else "no measurable difference"), from
+:mod:`lightning_perf.analysis.verdicts.metric_changes`: from the per-step samples of single runs (batch means),
+or from the per-round values when runs were repeated in interleaved rounds (``rounds``). Imports nothing from
 Lightning, TensorBoard or matplotlib; ``lightning_perf.cli.compare`` does the files, the chart and TensorBoard.
 
 Example::
 
     runs = [RunSummary.load("logs/baseline"), RunSummary.load("logs/workers4")]
     c = compare(runs, ["baseline", "workers4"])
-    print(c.verdict)  # workers4 is 1.67x faster than baseline (median step time, 95% interval 1.60x-1.74x); ...
+    print(c.verdict)  # workers4 is 1.67x faster than baseline (mean step time, 95% interval 1.60x-1.74x); ...
 """
 
 from __future__ import annotations
@@ -34,17 +36,12 @@ from lightning_perf.analysis.verdicts.comparison_metrics import (
     settings_diffs,
 )
 from lightning_perf.analysis.verdicts.hparams_diff import hparams_diffs
-from lightning_perf.analysis.verdicts.statistics import (
-    CONFIDENCE,
-    NO_DIFFERENCE,
-    MetricChange,
-    compare_rounds,
-    compare_samples,
-)
+from lightning_perf.analysis.verdicts.metric_changes import metric_change
+from lightning_perf.analysis.verdicts.statistics import CONFIDENCE, NO_DIFFERENCE, MetricChange
 from lightning_perf.errors import LightningPerfError
 
 JSON_SCHEMA_NAME = "lightning-perf/comparison"
-JSON_SCHEMA_VERSION = 2
+JSON_SCHEMA_VERSION = 3
 
 NA = "n/a"
 
@@ -102,11 +99,11 @@ class Comparison:
     environment_diff: dict[str, list[Any]]
     metrics: list[MetricRow]
     verdict: str
-    # run name -> percent by which its median step time exceeds the baseline's (slower runs only)
+    # run name -> percent by which its mean step time exceeds the baseline's (slower runs only)
     slower_than_baseline: dict[str, float]
     # one line each: environment differences, partial or unfinished runs, busy machines
     warnings: list[str] = field(default_factory=list)
-    # non-baseline run name -> change of its median step time against the baseline (where testable)
+    # non-baseline run name -> change of its mean step time against the baseline (where testable)
     changes: dict[str, MetricChange] = field(default_factory=dict)
     # how the verdict's interval was found ("" when no run could be tested)
     method: str = ""
@@ -142,8 +139,9 @@ def compare(
     """Compare ``summaries`` (named ``names``, same order) against ``summaries[baseline]``.
 
     ``rounds``, when given, holds each run's repeats (same order as ``summaries``, paired by index: round
-    ``i`` of every run ran in the same interleaved round); timings are then judged over the per-round ratios.
-    Without it they are judged from each run's per-step samples. ``variants_differ``: the caller knows the
+    ``i`` of every run ran in the same interleaved round); metrics are then judged over the per-round values
+    (each round's mean step time for the headline). Without it they are judged from each run's per-step
+    samples (batch means of the mean step time). ``variants_differ``: the caller knows the
     runs differ (e.g. trial variants with different code), so equal fingerprints do not mean "same settings".
     ``hparams``: each run's saved hyperparameters (or None), for the ones that differ (``hparams_diff``).
     """
@@ -200,41 +198,15 @@ def _metric_row(
     base = values[baseline]
     ratios = [v / base if v is not None and base else None for v in values]
     changes: list[MetricChange | None] = [None] * len(summaries)
-    if spec.tested is not None:
-        for i in range(len(summaries)):
-            if i != baseline:
-                changes[i] = _change(spec, summaries, rounds, baseline, i, confidence)
+    for i in range(len(summaries)):
+        if i != baseline:
+            changes[i] = metric_change(spec, summaries, rounds, baseline, i, confidence)
     intervals: list[list[float] | None] = []
     for summary in summaries:
         low, high = spec.get_interval(summary) if spec.get_interval is not None else (None, None)
         low, high = _finite(low), _finite(high)
         intervals.append([low, high] if low is not None and high is not None else None)
     return MetricRow(spec.key, spec.label, spec.unit, spec.better, values, ratios, changes, intervals)
-
-
-def _change(
-    spec: MetricSpec,
-    summaries: Sequence[RunSummary],
-    rounds: Sequence[Sequence[RunSummary]] | None,
-    baseline: int,
-    run: int,
-    confidence: float,
-) -> MetricChange | None:
-    if rounds is not None and min(len(rounds[baseline]), len(rounds[run])) >= 2:
-        pairs = [
-            (_finite(spec.get(b)), _finite(spec.get(r)))
-            for b, r in zip(rounds[baseline], rounds[run], strict=False)
-        ]
-        pairs = [(b, r) for b, r in pairs if b is not None and r is not None]
-        if len(pairs) >= 2:
-            return compare_rounds([b for b, _ in pairs], [r for _, r in pairs], confidence)
-    assert spec.tested is not None
-    return compare_samples(
-        summaries[baseline].timing.step_samples_ms,
-        summaries[run].timing.step_samples_ms,
-        spec.tested,
-        confidence,
-    )
 
 
 def _slower_than_baseline(metrics: list[MetricRow], names: list[str], baseline: int) -> dict[str, float]:
@@ -254,10 +226,10 @@ def _verdict(c: Comparison) -> str:
     base_i = c.baseline_index
     base_time = row.values[base_i]
     if base_time is None or base_time <= 0:
-        return f"no verdict: baseline {c.baseline} has no median step time"
+        return f"no verdict: baseline {c.baseline} has no mean step time"
     times = {i: v for i, v in enumerate(row.values) if i != base_i and v is not None and v > 0}
     if not times:
-        return "no verdict: no run besides the baseline has a median step time"
+        return "no verdict: no run besides the baseline has a mean step time"
     best = min(times, key=times.__getitem__)
     best_time = times[best]
     name = c.run_names[best]
@@ -274,7 +246,7 @@ def _verdict(c: Comparison) -> str:
         elif c.rounds > 1:
             head += "; more rounds could tell only a larger change"
     else:
-        head = f"{name} is {change.describe(c.baseline, 'median step time')}"
+        head = f"{name} is {change.describe(c.baseline, 'mean step time')}"
         if c.same_settings:
             head = f"same settings, yet {head}: the machine changed between the runs, not the settings"
     if len(times) > 1:
@@ -293,19 +265,21 @@ def _verdict(c: Comparison) -> str:
 
 
 def _point_verdict(name: str, baseline: str, base_time: float, best_time: float) -> str:
-    """The verdict from the medians alone (summaries without per-step samples: no interval to judge by)."""
+    """The verdict from the means alone (summaries without per-step samples: no interval to judge by)."""
     factor = factor_text(base_time, best_time)
     if factor == factor_text(1.0, 1.0):
         change = "about as fast as"
     else:
         change = f"{factor} {'faster' if best_time < base_time else 'slower'} than"
-    return f"{name} is {change} {baseline} (median step time)"
+    return f"{name} is {change} {baseline} (mean step time; no interval: no per-step samples)"
 
 
 def _ratio_text(change: MetricChange) -> str:
+    """``mean step time: estimate 1.03x faster, 95% interval 0.97x-1.10x`` (one direction throughout)."""
+    low, high = change.factor_low, change.factor_high
     return (
-        f"median step time ratio {change.ratio:.{RATIO_DECIMALS}f}x, {change.confidence:.0%} interval "
-        f"{change.low:.{RATIO_DECIMALS}f}x-{change.high:.{RATIO_DECIMALS}f}x"
+        f"mean step time: estimate {change.estimate_text(RATIO_DECIMALS)}, {change.confidence:.0%} interval "
+        f"{low:.{RATIO_DECIMALS}f}x-{high:.{RATIO_DECIMALS}f}x"
     )
 
 
@@ -324,7 +298,7 @@ def _warnings(c: Comparison, summaries: Sequence[RunSummary]) -> list[str]:
     if untested and c.metric(HEADLINE_KEY) is not None:
         lines.append(
             f"note: no interval for {', '.join(untested)}: too few per-step samples (summaries written before "
-            "version 0.3 keep none), so the verdict rests on the medians alone"
+            "version 0.3 keep none), so the verdict rests on the means alone"
         )
     for name, s in zip(c.run_names, summaries, strict=True):
         noisy = noisy_machine(s, None)

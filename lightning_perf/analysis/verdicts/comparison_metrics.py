@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_perf.analysis.summary import RunSummary, Settings, TimingSummary, UtilizationSummary
+from lightning_perf.analysis.verdicts.mean_intervals import mean_interval
+from lightning_perf.analysis.verdicts.statistics import POINTS, RATE, RATIO, TIME
 
 # Settings that describe the machine and software rather than a choice the user made: a difference here is
 # flagged as a warning (the figures may reflect the machine, not the change), not listed as a setting change.
@@ -27,8 +29,12 @@ class MetricSpec:
     get: Callable[[RunSummary], float | None]
     # hidden when no run has a value (GPU figures on CPU-only runs)
     only_where_present: bool = False
-    # the statistic of the per-step step-time samples a test compares ("median", "p90"); None: not tested
+    # the kind of change a test gives it (statistics.TIME, RATE, RATIO, POINTS): over the per-round values
+    # under repeated rounds; None: descriptive only, never judged better or worse (the median, p90)
     tested: str | None = None
+    # how single runs are tested from their per-step samples: "mean" (batch means of the step times),
+    # "wait_share" (the DataLoader wait's share), "rate" (samples a step over the mean step); None: untested
+    from_steps: str | None = None
     # the run's own 95% interval of the value, where the summary has one
     get_interval: Callable[[RunSummary], tuple[float | None, float | None]] | None = None
 
@@ -41,6 +47,11 @@ def _step_time(s: RunSummary, stat: str) -> float | None:
 def _median_interval(s: RunSummary) -> tuple[float | None, float | None]:
     dist = s.timing.step_time_ms
     return (dist.median_low, dist.median_high) if dist is not None else (None, None)
+
+
+def _mean_interval(s: RunSummary) -> tuple[float | None, float | None]:
+    interval = mean_interval(s.timing.step_samples_ms)
+    return interval if interval is not None else (None, None)
 
 
 def _wait_interval(s: RunSummary) -> tuple[float | None, float | None]:
@@ -58,33 +69,58 @@ def _cpu(s: RunSummary, name: str) -> float | None:
 
 
 METRICS: tuple[MetricSpec, ...] = (
+    # the headline: what a user waits for is steps x the mean step (the median misleads on bursty loaders)
+    MetricSpec(
+        "step_time_mean_ms",
+        "mean step time",
+        "ms",
+        "lower",
+        lambda s: _step_time(s, "mean"),
+        tested=TIME,
+        from_steps="mean",
+        get_interval=_mean_interval,
+    ),
+    # descriptive: shown with their own intervals, never judged
     MetricSpec(
         "step_time_median_ms",
         "median step time",
         "ms",
         "lower",
         lambda s: _step_time(s, "median"),
-        tested="median",
         get_interval=_median_interval,
     ),
-    MetricSpec(
-        "step_time_p90_ms", "p90 step time", "ms", "lower", lambda s: _step_time(s, "p90"), tested="p90"
-    ),
+    MetricSpec("step_time_p90_ms", "p90 step time", "ms", "lower", lambda s: _step_time(s, "p90")),
     MetricSpec(
         "data_wait_pct",
         "data wait",
         "%",
         "lower",
         lambda s: s.timing.data_wait_pct,
+        tested=POINTS,
+        from_steps="wait_share",
         get_interval=_wait_interval,
     ),
-    MetricSpec("samples_per_sec", "throughput", "samples/s", "higher", lambda s: s.timing.samples_per_sec),
-    MetricSpec("gpu_util_pct", "GPU util", "%", "higher", lambda s: _gpu(s, "util_pct"), True),
-    MetricSpec("kernel_busy_pct", "kernel busy", "%", "higher", lambda s: _gpu(s, "kernel_busy_pct"), True),
-    MetricSpec("peak_gpu_mem_gb", "peak GPU memory", "GB", None, lambda s: _gpu(s, "peak_mem_used_gb"), True),
-    MetricSpec("process_cpu_pct", "process CPU", "%", None, lambda s: _cpu(s, "process_cpu_pct")),
+    MetricSpec(
+        "samples_per_sec",
+        "throughput",
+        "samples/s",
+        "higher",
+        lambda s: s.timing.samples_per_sec,
+        tested=RATE,
+        from_steps="rate",
+    ),
+    MetricSpec("gpu_util_pct", "GPU util", "%", "higher", lambda s: _gpu(s, "util_pct"), True, POINTS),
+    MetricSpec(
+        "kernel_busy_pct", "kernel busy", "%", "higher", lambda s: _gpu(s, "kernel_busy_pct"), True, POINTS
+    ),
+    MetricSpec(
+        "peak_gpu_mem_gb", "peak GPU memory", "GB", None, lambda s: _gpu(s, "peak_mem_used_gb"), True, RATIO
+    ),
+    MetricSpec(
+        "process_cpu_pct", "process CPU", "%", None, lambda s: _cpu(s, "process_cpu_pct"), tested=POINTS
+    ),
 )
-HEADLINE_KEY = "step_time_median_ms"
+HEADLINE_KEY = "step_time_mean_ms"
 
 
 def headline_metrics(summary: RunSummary) -> dict[str, float]:
@@ -94,7 +130,7 @@ def headline_metrics(summary: RunSummary) -> dict[str, float]:
 
 
 # shown beside the headline in the verdict when both runs have them
-VERDICT_DETAIL_KEYS = ("data_wait_pct", "gpu_util_pct")
+VERDICT_DETAIL_KEYS = ("samples_per_sec", "data_wait_pct", "gpu_util_pct")
 
 
 def check_summary(summary: RunSummary) -> None:

@@ -1,7 +1,8 @@
 """Rendering a :class:`~lightning_perf.analysis.verdicts.comparison.Comparison`: text and markdown tables, JSON.
 
-Pure. Every timing's cell shows the value with its own 95% interval in brackets and, beside it, the change
-against the baseline with the interval of the ratio; the method behind the verdict is printed under it.
+Pure. Every metric's cell shows the value with its own 95% interval in brackets and, beside it, the change
+against the baseline with its interval, both in one direction ("1.40x faster, 1.32-1.49x"); only a significant
+change is called faster/slower or better/worse; the method behind the verdict is printed under it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ from lightning_perf.analysis.verdicts.comparison import (
     format_value,
     plain_text,
 )
-from lightning_perf.analysis.verdicts.statistics import FASTER, NO_DIFFERENCE, MetricChange
+from lightning_perf.analysis.verdicts.comparison_metrics import METRICS
+from lightning_perf.analysis.verdicts.statistics import (
+    NO_DIFFERENCE,
+    POINTS,
+    RATE,
+    RATIO,
+    TIME,
+    MetricChange,
+)
+
+NO_CHANGE = "no measurable change"
 
 
 def change_note(before: float | None, after: float | None, unit: str, better: str | None) -> str:
@@ -80,20 +91,34 @@ def _cells(c: Comparison, row: MetricRow) -> list[str]:
         if i == c.baseline_index:
             note = ""
         elif change is not None:
-            note = change_cell(change)
+            note = change_cell(change, row.better)
         else:
-            note = change_note(base, value, row.unit, row.better)
+            note = untested_note(base, value, row.unit, row.key)
         cells.append(f"{cell} ({note})" if note else cell)
     return cells
 
 
-def change_cell(change: MetricChange) -> str:
-    """``1.67x faster, 1.60-1.74x`` or ``no measurable difference, 0.97-1.05x`` (the ratio's interval)."""
-    bounds = f"{change.low:.{RATIO_DECIMALS}f}-{change.high:.{RATIO_DECIMALS}f}x"
+def untested_note(before: float | None, after: float | None, unit: str, key: str) -> str:
+    """A change with no interval: its size, never a judgement (``1.67x lower, no interval``)."""
+    note = change_note(before, after, unit, None)  # no "better": sizes only ("1.67x lower", "+2.0 pts")
+    if not note or note == "about the same":
+        return note
+    descriptive = any(spec.key == key and spec.tested is None for spec in METRICS)
+    return f"{note}, {'descriptive' if descriptive else 'no interval'}"
+
+
+def change_cell(change: MetricChange, better: str | None = None) -> str:
+    """``1.67x faster, 1.60-1.74x``, ``-41.9 pts, better, -43.0 to -40.8 pts`` or ``no measurable difference:
+    estimate 1.03x faster, 0.97-1.10x``: the estimate and its interval in the same direction."""
+    bounds = change.interval_text(RATIO_DECIMALS)
+    estimate = change.estimate_text(RATIO_DECIMALS)
     if not change.significant:
-        return f"{NO_DIFFERENCE}, {bounds}"
-    factor = 1.0 / change.ratio if change.verdict == FASTER else change.ratio
-    return f"{factor:.{RATIO_DECIMALS}f}x {change.verdict}, {bounds}"
+        none = NO_DIFFERENCE if change.kind in (TIME, RATE) else NO_CHANGE
+        return f"{none}: estimate {estimate}, {bounds}"
+    if change.kind in (TIME, RATE) or better is None:
+        return f"{estimate}, {bounds}"
+    went_up = change.direction == "higher"
+    return f"{estimate}, {'better' if went_up == (better == 'higher') else 'worse'}, {bounds}"
 
 
 def _baseline_marker(c: Comparison, name: str) -> str:
@@ -141,8 +166,9 @@ def _method_lines(c: Comparison) -> list[str]:
         return []
     return [
         f"method: {c.method}",
-        "how to read: [a-b] after a value is its 95% interval; a change's interval is of the ratio run/baseline "
-        "(below 1: less time); 'no measurable difference' means the interval holds 1",
+        "how to read: [a-b] after a value is its 95% interval; a change and its interval read the same way "
+        "('1.40x faster, 1.32-1.49x'); 'no measurable difference' or 'no measurable change' means the interval "
+        "holds no change, and only a measurable change is called faster, slower, better or worse",
     ]
 
 
@@ -187,11 +213,11 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "baseline": c.baseline,
         "settings_diff": {k: list(v) for k, v in c.settings_diff.items()},
         "environment_diff": {k: list(v) for k, v in c.environment_diff.items()},
-        "metrics": [dataclasses.asdict(row) for row in c.metrics],
+        "metrics": [_metric_row_to_json(row) for row in c.metrics],
         "verdict": c.verdict,
         "slower_than_baseline": dict(c.slower_than_baseline),
         "warnings": list(c.warnings),
-        "changes": {name: dataclasses.asdict(change) for name, change in c.changes.items()},
+        "changes": {name: change_to_json(change) for name, change in c.changes.items()},
         "method": c.method,
         "rounds": c.rounds,
         "variants_differ": c.variants_differ,
@@ -217,7 +243,7 @@ def from_json(data: dict[str, Any]) -> Comparison:
         verdict=data["verdict"],
         slower_than_baseline=dict(data["slower_than_baseline"]),
         warnings=list(data["warnings"]),
-        changes={name: MetricChange(**change) for name, change in data["changes"].items()},
+        changes={name: change_from_json(change) for name, change in data["changes"].items()},
         method=data["method"],
         rounds=data["rounds"],
         variants_differ=bool(data.get("variants_differ", False)),
@@ -225,6 +251,67 @@ def from_json(data: dict[str, Any]) -> Comparison:
     )
 
 
+# the JSON names of a change's three numbers, by kind (MetricChange.kind)
+_VALUE_FIELDS = {TIME: "time_ratio", RATE: "value_ratio", RATIO: "value_ratio", POINTS: "difference_pts"}
+
+
+def change_to_json(change: MetricChange) -> dict[str, Any]:
+    """A change as JSON, its numbers named for what they are and for their direction.
+
+    Always: ``kind``, ``verdict``, ``significant``, ``direction`` ("faster"/"slower"/"higher"/"lower", the
+    estimate's), ``factor``/``factor_low``/``factor_high`` (the change in that direction: 1.40 for 1.40x
+    faster; points for shares), ``confidence``, ``method``, ``rounds_needed``, and the raw numbers:
+    ``time_ratio``/``_low``/``_high`` (run / baseline of a time), ``value_ratio``... (run / baseline of a rate
+    or size) or ``difference_pts``... (run - baseline, points). Times and rates add ``speedup``/``_low``/
+    ``_high`` and ``slowdown``/``_low``/``_high``: the one in the estimate's direction is filled, the other null.
+    """
+    name = _VALUE_FIELDS[change.kind]
+    data: dict[str, Any] = {
+        "kind": change.kind,
+        "verdict": change.verdict,
+        "significant": change.significant,
+        "direction": change.direction,
+        "factor": change.factor,
+        "factor_low": change.factor_low,
+        "factor_high": change.factor_high,
+        name: change.ratio,
+        f"{name}_low": change.low,
+        f"{name}_high": change.high,
+        "confidence": change.confidence,
+        "method": change.method,
+        "rounds_needed": change.rounds_needed,
+    }
+    if change.kind in (TIME, RATE):
+        for word, field_name in (("faster", "speedup"), ("slower", "slowdown")):
+            here = change.direction == word
+            data[field_name] = change.factor if here else None
+            data[f"{field_name}_low"] = change.factor_low if here else None
+            data[f"{field_name}_high"] = change.factor_high if here else None
+    return data
+
+
+def change_from_json(data: dict[str, Any]) -> MetricChange:
+    """Inverse of :func:`change_to_json`."""
+    kind = data["kind"]
+    name = _VALUE_FIELDS[kind]
+    return MetricChange(
+        ratio=data[name],
+        low=data[f"{name}_low"],
+        high=data[f"{name}_high"],
+        confidence=data["confidence"],
+        verdict=data["verdict"],
+        method=data["method"],
+        rounds_needed=data["rounds_needed"],
+        kind=kind,
+    )
+
+
+def _metric_row_to_json(row: MetricRow) -> dict[str, Any]:
+    data = dataclasses.asdict(row)
+    data["changes"] = [None if change is None else change_to_json(change) for change in row.changes]
+    return data
+
+
 def _metric_row_from_json(row: dict[str, Any]) -> MetricRow:
-    changes = [None if change is None else MetricChange(**change) for change in row.get("changes", [])]
+    changes = [None if change is None else change_from_json(change) for change in row.get("changes", [])]
     return MetricRow(**{**row, "changes": changes})

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from lightning_perf.analysis.verdicts.comparison import CompareError, Comparison
+from lightning_perf.analysis.verdicts.comparison_metrics import HEADLINE_KEY
 from lightning_perf.analysis.verdicts.statistics import SLOWER
 
 
 def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
     """Runs that fail a ``--fail-if-slower limit_pct`` gate: name -> percent slower than the baseline.
 
-    A run fails when its median step time is significantly more than ``limit_pct`` percent above the
-    baseline's: the whole interval of the ratio lies above ``1 + limit_pct / 100``, so noise alone (an
-    interval around 1) never fails the gate. A run without an interval (a summary with no per-step samples)
-    is judged on the medians alone, as :func:`gate_lines` says. Raises
-    :class:`CompareError` when a run has no median step time: a gate must not pass what it could not measure.
+    A run fails when its mean step time (what a user waits for) is significantly more than ``limit_pct``
+    percent above the baseline's: the whole interval of the slowdown lies above ``1 + limit_pct / 100``, so
+    noise alone (an interval around 1) never fails the gate. A run without an interval (a summary with no
+    per-step samples) is judged on the means alone, as :func:`gate_lines` says. Raises
+    :class:`CompareError` when a run has no mean step time: a gate must not pass what it could not measure.
     """
-    row = comparison.metric("step_time_median_ms")
+    row = comparison.metric(HEADLINE_KEY)
     assert row is not None
     untimed = [name for name, value in zip(comparison.run_names, row.values, strict=True) if value is None]
     if untimed:
-        raise CompareError(f"--fail-if-slower: no median step time for {', '.join(untimed)}; cannot judge")
+        raise CompareError(f"--fail-if-slower: no mean step time for {', '.join(untimed)}; cannot judge")
     return {
         name: pct
         for name, pct in comparison.slower_than_baseline.items()
@@ -28,7 +29,7 @@ def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
             name not in comparison.changes
             or (
                 comparison.changes[name].verdict == SLOWER
-                and comparison.changes[name].low > 1 + limit_pct / 100
+                and comparison.changes[name].factor_low > 1 + limit_pct / 100
             )
         )
     }
@@ -42,11 +43,14 @@ def gate_lines(comparison: Comparison, limit_pct: float) -> list[str]:
         if pct <= limit_pct:
             continue
         change = comparison.changes.get(name)
-        where = f"{name} is {pct:.1f}% slower than {comparison.baseline} (median step time"
+        where = f"{name} is {pct:.1f}% slower than {comparison.baseline} (mean step time"
         if change is None:
             why = "; no per-step samples, so significance is unknown"
         else:
-            why = f", {change.confidence:.0%} interval {change.low:.2f}x-{change.high:.2f}x, {change.method}"
+            why = (
+                f", {change.estimate_text()}, {change.confidence:.0%} interval {change.interval_text()}, "
+                f"{change.method}"
+            )
         if name in failing:
             significant = "" if change is None else ", significantly (the whole interval is above it)"
             lines.append(f"{where}{why}): more than --fail-if-slower {limit_pct:g}%{significant}")

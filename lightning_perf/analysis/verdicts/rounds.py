@@ -35,12 +35,12 @@ def pooled(summaries: Sequence[RunSummary]) -> RunSummary:
     """One summary for several rounds of a variant: the step samples of all rounds together.
 
     Everything that is not a per-step figure (settings, utilization, machine state) comes from the round
-    whose median step time is the median of the rounds'; throughput is the mean of the rounds'.
+    whose mean step time is the median of the rounds'; throughput is the mean of the rounds'.
     """
     if not summaries:
         raise ValueError("pooled: no summaries to pool")
-    medians = [s.timing.step_time_ms.median if s.timing.step_time_ms else float("inf") for s in summaries]
-    middle = sorted(range(len(summaries)), key=medians.__getitem__)[(len(summaries) - 1) // 2]
+    means = [s.timing.step_time_ms.mean if s.timing.step_time_ms else float("inf") for s in summaries]
+    middle = sorted(range(len(summaries)), key=means.__getitem__)[(len(summaries) - 1) // 2]
     steps = [v for s in summaries for v in s.timing.step_samples_ms]
     same_length = all(len(s.timing.wait_samples_ms) == len(s.timing.step_samples_ms) for s in summaries)
     waits = [v for s in summaries for v in s.timing.wait_samples_ms] if same_length else []

@@ -1,15 +1,19 @@
 """Uncertainty of timings and of the change between runs: intervals and verdicts that hold under noise.
 
+The verdicts compare MEAN step times (:mod:`~lightning_perf.analysis.verdicts.mean_intervals` gives single runs
+their batch-means interval); :class:`MetricChange` holds any metric's change, read one way through its
+``direction``/``factor``/``factor_low``/``factor_high``.
+
 Pure (SciPy and NumPy, no Lightning, no torch). Three questions, each answered with a named method:
 
 * How sure is one run's median? :func:`median_interval`: the distribution-free confidence interval of the
   median from order statistics (``scipy.stats.binom``), no assumption on the shape of the step times.
-* Did one run change against another? :func:`compare_samples`: bootstrap interval of the ratio of medians
-  over the per-step samples (``scipy.stats.bootstrap``), confirmed by a Mann-Whitney U test
+* Did one run's median or p90 change against another's? :func:`compare_samples`: bootstrap interval of the
+  ratio over the per-step samples (``scipy.stats.bootstrap``), confirmed by a Mann-Whitney U test
   (``scipy.stats.mannwhitneyu``). Steps within one run share the machine's state, so this covers that run's
   noise only, not a change of the machine between runs: the verdict says "single run".
 * Did a variant change over repeated, interleaved rounds? :func:`compare_rounds`: the per-round ratios
-  (variant / baseline of the same round) are the replicates; their geometric mean with a Student-t interval
+  (variant / baseline of the same round, each round's mean step time for the headline) are the replicates; their geometric mean with a Student-t interval
   on the log ratios (``scipy.stats.t``), which stays valid with as few as two rounds where a bootstrap or an
   order-statistic interval cannot reach 95%. It also says how many rounds a verdict would need.
 
@@ -40,14 +44,29 @@ NO_DIFFERENCE = "no measurable difference"
 VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE)
 
 
+# kinds of change (MetricChange.kind): what ``ratio``/``low``/``high`` hold and which words the verdict uses
+TIME = "time"  # run / baseline of a time (below 1: less time, faster); verdict faster / slower
+RATE = "rate"  # run / baseline of a rate such as samples/s (above 1: faster); verdict faster / slower
+RATIO = "ratio"  # run / baseline of any other quantity; verdict higher / lower
+POINTS = "points"  # run - baseline of a share, in percentage points; verdict higher / lower
+KINDS = (TIME, RATE, RATIO, POINTS)
+HIGHER = "higher"
+LOWER = "lower"
+
+
 @dataclass(frozen=True)
 class MetricChange:
-    """The change of one timing between a run and the baseline, with its interval and verdict.
+    """The change of one metric between a run and the baseline, with its interval and verdict.
 
-    ``ratio`` is run / baseline (below 1: the run takes less time); ``low``/``high`` bound the ratio at
-    ``confidence``; ``verdict`` is ``"faster"``, ``"slower"`` or ``"no measurable difference"`` (a time
-    that shrinks is faster); ``method`` names how the interval was found; ``rounds_needed``, for repeated
-    trials without a verdict, estimates how many rounds would tell (``None``: unknown or not applicable).
+    ``kind`` says what the three numbers are: for ``"time"`` (the default) ``ratio`` is run / baseline (below
+    1: the run takes less time) and ``low``/``high`` bound it at ``confidence``; ``"rate"`` and ``"ratio"``
+    are run / baseline too; ``"points"`` holds the difference run - baseline in percentage points. ``verdict``
+    is ``"faster"``/``"slower"`` (time, rate), ``"higher"``/``"lower"`` (ratio, points), or ``"no measurable
+    difference"`` when the interval holds no change. ``method`` names how the interval was found;
+    ``rounds_needed``, for repeated trials without a verdict, estimates how many rounds would tell.
+
+    Read it in one direction with :attr:`direction`, :attr:`factor`, :attr:`factor_low`, :attr:`factor_high`:
+    a time that halves is ``direction == "faster"``, ``factor == 2.0``, its interval e.g. 1.8-2.2.
     """
 
     ratio: float
@@ -57,23 +76,78 @@ class MetricChange:
     verdict: str
     method: str
     rounds_needed: int | None = None
+    kind: str = TIME
 
     @property
     def significant(self) -> bool:
         return self.verdict != NO_DIFFERENCE
 
+    @property
+    def direction(self) -> str:
+        """Which way the estimate points: "faster"/"slower" (time, rate) or "higher"/"lower", also without a
+        verdict (then the interval reaches the other way too)."""
+        if self.kind == TIME:
+            return FASTER if self.ratio <= 1.0 else SLOWER
+        if self.kind == RATE:
+            return FASTER if self.ratio >= 1.0 else SLOWER
+        up = self.ratio > 0.0 if self.kind == POINTS else self.ratio >= 1.0
+        return HIGHER if up else LOWER
+
+    def _directed(self) -> tuple[float, float, float]:
+        if self.kind == POINTS:
+            return self.ratio, self.low, self.high
+        falling = (self.kind, self.direction) in ((TIME, FASTER), (RATE, SLOWER), (RATIO, LOWER))
+        if falling:  # the factor by which the value falls: the inverse ratio, its bounds swapped
+            return _inverse(self.ratio), _inverse(self.high), _inverse(self.low)
+        return self.ratio, self.low, self.high
+
+    @property
+    def factor(self) -> float:
+        """The change in its :attr:`direction`: ``1.40`` for 1.40x faster (1/ratio of times), points for shares."""
+        return self._directed()[0]
+
+    @property
+    def factor_low(self) -> float:
+        """The low end of :attr:`factor`'s interval, in the same direction (below 1 when not significant)."""
+        return self._directed()[1]
+
+    @property
+    def factor_high(self) -> float:
+        return self._directed()[2]
+
+    def interval_text(self, decimals: int = 2) -> str:
+        """``1.32-1.49x`` (the interval in the factor's direction) or ``-3.0 to +0.4 pts``."""
+        if self.kind == POINTS:
+            return f"{self.low:+.1f} to {self.high:+.1f} pts"
+        return f"{self.factor_low:.{decimals}f}-{self.factor_high:.{decimals}f}x"
+
+    def estimate_text(self, decimals: int = 2) -> str:
+        """``1.40x faster`` or ``-1.4 pts``: the estimate in its direction."""
+        if self.kind == POINTS:
+            return f"{self.ratio:+.1f} pts"
+        return f"{self.factor:.{decimals}f}x {self.direction}"
+
     def describe(self, than: str = "", metric: str = "") -> str:
-        """``1.25x slower than a (median step time, 95% interval of the ratio 1.10x-1.41x)``, or
-        ``no measurable difference from a (ratio 1.01x, 95% interval 0.97x-1.05x)``."""
-        bounds = f"{self.low:.2f}x-{self.high:.2f}x"
-        about = f"{metric}, " if metric else ""
+        """``1.25x slower than a (mean step time, 95% interval 1.10x-1.41x)``, or ``no measurable difference
+        from a (mean step time: estimate 1.03x faster, 95% interval 0.97x-1.10x)``: one direction throughout."""
         level = f"{self.confidence:.0%}"
+        if self.kind == POINTS:
+            bounds = self.interval_text()
+        else:
+            bounds = f"{self.factor_low:.2f}x-{self.factor_high:.2f}x"
         if not self.significant:
             whom = f" from {than}" if than else ""
-            return f"{NO_DIFFERENCE}{whom} ({about}ratio {self.ratio:.2f}x, {level} interval {bounds})"
-        factor = 1.0 / self.ratio if self.verdict == FASTER else self.ratio
+            about = f"{metric}: " if metric else ""
+            return (
+                f"{NO_DIFFERENCE}{whom} ({about}estimate {self.estimate_text()}, {level} interval {bounds})"
+            )
         whom = f" than {than}" if than else ""
-        return f"{factor:.2f}x {self.verdict}{whom} ({about}{level} interval of the ratio {bounds})"
+        about = f"{metric}, " if metric else ""
+        return f"{self.estimate_text()}{whom} ({about}{level} interval {bounds})"
+
+
+def _inverse(value: float) -> float:
+    return 1.0 / value if value > 0 else math.inf
 
 
 def _check_confidence(confidence: float) -> None:
@@ -197,13 +271,24 @@ def compare_samples(
     return MetricChange(point, low, high, confidence, verdict, method)
 
 
+def verdict_word(kind: str, up: bool) -> str:
+    """The word for a significant change of ``kind`` whose value went up (``up``) or down."""
+    if kind == TIME:
+        return SLOWER if up else FASTER
+    if kind == RATE:
+        return FASTER if up else SLOWER
+    return HIGHER if up else LOWER
+
+
 def compare_rounds(
-    baseline: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE
+    baseline: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE, kind: str = TIME
 ) -> MetricChange | None:
-    """The change of a timing over interleaved rounds, paired by round (``other[i] / baseline[i]``).
+    """The change of a metric over interleaved rounds, paired by round (``other[i] / baseline[i]``).
 
     Geometric mean of the per-round ratios with a Student-t interval on their logarithms (``scipy.stats.t``).
-    ``None`` with fewer than two complete rounds or a non-positive value.
+    For the headline the per-round values are each round's mean step time. ``kind`` is ``"time"``, ``"rate"``
+    or ``"ratio"`` (see :class:`MetricChange`). ``None`` with fewer than two complete rounds or a non-positive
+    value.
     """
     from scipy.stats import t as student_t
 
@@ -218,10 +303,32 @@ def compare_rounds(
     half = float(student_t.ppf(0.5 + confidence / 2.0, n - 1)) * spread / math.sqrt(n)
     low, high = math.exp(mean - half), math.exp(mean + half)
     separated = low > 1.0 or high < 1.0
-    verdict = NO_DIFFERENCE if not separated else (SLOWER if mean > 0 else FASTER)
+    verdict = NO_DIFFERENCE if not separated else verdict_word(kind, mean > 0)
     needed = None if separated else rounds_needed(mean, spread, confidence)
     method = f"paired t-interval of the log per-round ratios ({n} interleaved rounds, geometric mean)"
-    return MetricChange(math.exp(mean), low, high, confidence, verdict, method, needed)
+    return MetricChange(math.exp(mean), low, high, confidence, verdict, method, needed, kind)
+
+
+def compare_round_differences(
+    baseline: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE
+) -> MetricChange | None:
+    """The change of a share (percent) over interleaved rounds: paired t-interval of the per-round differences
+    ``other[i] - baseline[i]`` in percentage points (``kind="points"``). ``None`` with fewer than two rounds."""
+    from scipy.stats import t as student_t
+
+    _check_confidence(confidence)
+    diffs = [o - b for b, o in zip(baseline, other, strict=True)]
+    n = len(diffs)
+    if n < 2:
+        return None
+    mean = sum(diffs) / n
+    spread = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1))
+    half = float(student_t.ppf(0.5 + confidence / 2.0, n - 1)) * spread / math.sqrt(n)
+    low, high = mean - half, mean + half
+    separated = low > 0.0 or high < 0.0
+    verdict = NO_DIFFERENCE if not separated else verdict_word(POINTS, mean > 0)
+    method = f"paired t-interval of the per-round differences ({n} interleaved rounds)"
+    return MetricChange(mean, low, high, confidence, verdict, method, None, POINTS)
 
 
 def rounds_needed(mean_log: float, spread_log: float, confidence: float = CONFIDENCE) -> int | None:
