@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import lightning_perf
-from lightning_perf.analysis import metrics
+from lightning_perf.analysis import metrics, metrics_table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -21,8 +21,8 @@ def section(title: str) -> str:
 
 
 def test_the_metric_table_is_the_registrys():
-    # regenerate with: python -m lightning_perf.analysis.metrics README.md
-    assert metrics.readme_table(README) == metrics.markdown_table()
+    # regenerate with: python -m lightning_perf.analysis.metrics_table README.md
+    assert metrics_table.readme_table(README) == metrics_table.markdown_table()
 
 
 def test_every_logged_tag_falls_in_a_tensorboard_section_of_its_group():
