@@ -49,14 +49,19 @@ class Speed:
             return f"{self.label}: no interval ({self.rounds} complete round(s); at least 2 are needed)"
         if self.low is None or self.high is None:
             return f"{self.label}: {self.speedup:.2f}x"
-        interval = f"{self.confidence:.0%} interval {self.low:.2f}-{self.high:.2f}x"
+        level = f"{self.confidence:.0%} interval"
         if self.significant:
-            return f"{self.label}: {self.speedup:.2f}x faster ({interval})"
+            return f"{self.label}: {self.speedup:.2f}x faster ({level} {self.low:.2f}-{self.high:.2f}x)"
+        # one direction, as every verdict reads: a slowdown with its interval as slowdowns
+        slowdown = f"{1.0 / self.speedup:.2f}x slower ({level} {1.0 / self.high:.2f}-{1.0 / self.low:.2f}x)"
         if self.high < 1.0:
-            return (
-                f"{self.label}: {1.0 / self.speedup:.2f}x slower (speed-up {self.speedup:.2f}x, {interval})"
-            )
-        return f"{self.label}: no measurable difference (speed-up {self.speedup:.2f}x, {interval})"
+            return f"{self.label}: {slowdown}"
+        estimate = (
+            f"{self.speedup:.2f}x faster, {level} {self.low:.2f}-{self.high:.2f}x"
+            if self.speedup >= 1.0
+            else slowdown.replace(" (", ", ").rstrip(")")
+        )
+        return f"{self.label}: no measurable difference (estimate {estimate})"
 
     def to_dict(self) -> dict[str, Any]:
         return {

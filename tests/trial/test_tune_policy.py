@@ -93,9 +93,10 @@ def test_choose_takes_the_fastest_significant_candidate_else_keeps_the_config():
     assert decision.line == "num_workers=2: 1.62x faster (95% interval 1.51-1.74x)"
     keep = choose(speeds[1:2] + speeds[3:])
     assert keep.winner is None and keep.judged and keep.line.startswith(KEEP)
-    assert "no measurable difference (speed-up 1.90x, 95% interval 0.80-4.00x)" in keep.line
+    assert "no measurable difference (estimate 1.90x faster, 95% interval 0.80-4.00x)" in keep.line
     slower = choose([Speed("s", "precision", 0.5, 0.4, 0.6)])
-    assert slower.winner is None and "2.00x slower" in slower.line
+    # a slowdown reads as a slowdown, its interval too (1/0.6-1/0.4)
+    assert slower.winner is None and "2.00x slower (95% interval 1.67-2.50x)" in slower.line
     failed = choose(speeds[3:])
     assert failed.winner is None and not failed.judged and "every candidate failed" in failed.line
 
