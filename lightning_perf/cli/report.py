@@ -29,23 +29,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--png", metavar="FILE", help="also write the per-step breakdown and GPU timeline shares as a PNG"
     )
     parser.add_argument(
-        "--top", type=_positive_int, default=DEFAULT_TOP, metavar="N", help="operators to list (default: 10)"
+        "--top",
+        type=_positive_int("--top"),
+        default=DEFAULT_TOP,
+        metavar="N",
+        help="operators to list (default: 10)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_positive_int("--jobs"),
+        default=None,
+        metavar="N",
+        help="traces read at once, one process each (default: the usable CPU cores; 1: no extra process)",
     )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--top must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--top must be a positive integer, got {value}")
-    return value
+def _positive_int(flag: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {value}")
+        return value
+
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        report = build_report(args.run_dir, top=args.top)
+        report = build_report(args.run_dir, top=args.top, jobs=args.jobs)
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
         return error(PROG, err)
     if args.png and report["traces"]:
