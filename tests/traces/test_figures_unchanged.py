@@ -13,7 +13,7 @@ FOLDERS = sorted(p.stem for p in FIXTURES.glob("*.json"))
 
 
 def test_every_real_trace_has_a_dump(realtraces):
-    assert FOLDERS == sorted(p.name for p in realtraces.iterdir() if p.is_dir())
+    assert sorted(p.name for p in realtraces.iterdir() if p.is_dir()) == FOLDERS
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
