@@ -154,11 +154,15 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class SpanList(list):  # type: ignore[type-arg]
+    """The spans :func:`load_trace` made (Span tuples only): :func:`as_spans` takes it without a check."""
+
+
 class _Loaded:
     """What load_trace keeps so far, filled batch by batch."""
 
     def __init__(self) -> None:
-        self.spans: list[Span] = []
+        self.spans: list[Span] = SpanList()
         self.memory: list[MemorySample] = []
         self.running: dict[int, float] = {}  # device -> running sum of allocator changes (torch 1.9)
         self.has_totals = False
@@ -340,7 +344,7 @@ def _add_memory_sample(
 def as_spans(events: Iterable[Mapping[str, Any] | Span]) -> list[Span]:
     """The spans of ``events`` (Span tuples or event dicts) as a list: ``events`` itself when it is a list of
     Span already (what :func:`load_trace` gives), so the analyses loop over it without a step per span."""
-    if isinstance(events, list) and set(map(type, events)) <= {Span}:
+    if type(events) is SpanList or (isinstance(events, list) and set(map(type, events)) <= {Span}):
         return events
     spans = []
     for event in events:
