@@ -12,6 +12,7 @@ unreadable file be reported while the others are read, and the argument check.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -36,6 +37,13 @@ def check_jobs(jobs: int | None) -> int:
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1 (processes reading traces at once) or None, got {jobs!r}")
     return jobs
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """A fresh process a worker (forkserver where there is one, else spawn), not a fork of this one: forking a
+    process that runs threads (a test runner, a notebook, a logger) can deadlock the child."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
 def _call(fn: Callable[[str], T], path: str, errors: tuple[type[BaseException], ...]) -> tuple[bool, Any]:
@@ -63,7 +71,7 @@ def map_traces(
         for path in paths:
             yield (path, *_call(fn, path, errors))
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context()) as pool:
         results = pool.map(_call, [fn] * len(paths), paths, [errors] * len(paths), chunksize=1)
         for path, (ok, value) in zip(paths, results, strict=True):
             yield path, ok, value
