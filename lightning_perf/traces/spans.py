@@ -72,7 +72,11 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
         return None
     ts = event.get("ts")
     dur = event.get("dur", 0)
-    if finite(ts) is None or finite(dur) is None or dur < 0 or not math.isfinite(ts + dur):
+    try:
+        bad = finite(ts) is None or finite(dur) is None or dur < 0 or not math.isfinite(ts + dur)
+    except OverflowError:  # an integer too large for a float
+        bad = True
+    if bad:
         raise ValueError(
             f"event {event.get('name')!r} has no finite ts or no finite dur >= 0: ts={ts!r}, dur={dur!r}"
         )
