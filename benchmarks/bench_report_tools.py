@@ -11,7 +11,13 @@ On every folder of shared/realtraces (see its README), in one run, the median of
   TensorBoard plugin runs to load a run before it can draw anything (as tests/helpers.py ``plugin_profile``);
 - HolisticTraceAnalysis: ``TraceAnalysis(trace_dir=...)`` (parse) + ``get_temporal_breakdown``, run in the
   separate virtual environment given by ``--hta-python`` (HTA pins its own pandas/numpy); skipped with a note
-  when that interpreter is missing or HTA cannot load the folder.
+  when that interpreter is missing or HTA cannot load the folder;
+- bare typed decoding, the ceiling of any reader of these files: gunzip the file and decode it with msgspec into
+  the Structs of lightning-perf's typed reader (``traces/event_types.Event``: only the fields the analyses
+  read), nothing else; and the gunzip alone.
+
+Then the targets of issue 23: report within 2x of bare decoding on each trace, >= 250 MB/s of JSON per core over
+the four (CPU time), >= 10x faster than HTA, >= 20x faster than torch-tb-profiler.
 
 It prints, per trace, lightning-perf's seconds, seconds per 100 MB and MB/s of both the gzip file and the
 uncompressed JSON, and the other tools' seconds with their ratio to ``report``.
@@ -35,6 +41,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import msgspec  # noqa: E402
+
+from lightning_perf.traces.event_types import Event  # noqa: E402
 from lightning_perf.traces.gpu_figures import trace_figures  # noqa: E402
 from lightning_perf.traces.report import build_report, find_traces  # noqa: E402
 from lightning_perf.traces.spans import load_trace  # noqa: E402
@@ -54,6 +63,24 @@ for _ in range(int(sys.argv[2])):
     result = frame[["idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg"]].iloc[0].tolist()
 print(json.dumps({"times": times, "breakdown": result}))
 """
+
+
+class TypedTrace(msgspec.Struct):
+    traceEvents: list[Event]  # noqa: N815 - the trace's key
+
+
+TYPED_DECODER = msgspec.json.Decoder(TypedTrace)
+
+
+def bare_decode(path: str) -> None:
+    """Gunzip the whole file and decode it into the typed Structs: no analysis, no bounded memory."""
+    with gzip.open(path) as fh:
+        TYPED_DECODER.decode(fh.read())
+
+
+def gunzip(path: str) -> None:
+    with gzip.open(path) as fh:
+        fh.read()
 
 
 def median_time(fn, repeat: int) -> float:
@@ -108,6 +135,7 @@ def main() -> None:
     parser.add_argument("--ours-only", action="store_true", help="time lightning-perf alone (no other tools)")
     args = parser.parse_args()
     rows = []
+    bares = []
     for folder in sorted(p for p in REALTRACES.iterdir() if p.is_dir()):
         (path,) = find_traces(str(folder))
         gz_mb = os.path.getsize(path) / 1e6
@@ -115,6 +143,9 @@ def main() -> None:
             mb = len(fh.read()) / 1e6
         ours, ours_cpu = median_times(lambda folder=folder: build_report(str(folder)), args.repeat)
         end_of_fit, end_cpu = median_times(lambda path=path: trace_figures(load_trace(path)), args.repeat)
+        bare, bare_cpu = median_times(lambda path=path: bare_decode(path), args.repeat)
+        unzip = median_times(lambda path=path: gunzip(path), args.repeat)[1]
+        bares.append((bare, bare_cpu, unzip))
         tb = hta = None
         note = ""
         if not args.ours_only:
@@ -153,6 +184,39 @@ def main() -> None:
             f"{name:23} | {ours_cpu:8.3f} {ours_cpu * 100.0 / gz_mb:10.1f} {ours_cpu * 100.0 / mb:11.2f}"
             f" | {end_cpu:12.3f} {end_cpu * 100.0 / mb:11.2f}"
         )
+    print("bare typed decoding (gunzip + msgspec into the reader's Structs, nothing else), CPU seconds:")
+    print(
+        f"{'trace':23} | {'gunzip s':>8} {'bare s':>7} {'bare MB/s':>9} | {'report s':>8} {'report MB/s':>11}"
+        f" {'report/bare':>11} | {'end of fit/bare':>15}"
+    )
+    for row, (_, bare_cpu, unzip) in zip(rows, bares, strict=True):
+        name, _, mb, *_, ours_cpu, end_cpu = row
+        print(
+            f"{name:23} | {unzip:8.3f} {bare_cpu:7.3f} {mb / bare_cpu:9.0f} | {ours_cpu:8.3f} {mb / ours_cpu:11.0f}"
+            f" {ours_cpu / bare_cpu:10.2f}x | {end_cpu / bare_cpu:14.2f}x"
+        )
+    print_targets(rows, bares)
+
+
+def print_targets(rows: list[tuple], bares: list[tuple]) -> None:
+    """Issue 23's targets against what this run measured (CPU time for the per-core figures)."""
+    worst = max(row[8] / bare[1] for row, bare in zip(rows, bares, strict=True))
+    total_mb, total_cpu = sum(r[2] for r in rows), sum(r[8] for r in rows)
+    print("targets (issue 23):")
+    print(f"  report within 2x of bare decoding on each trace: worst {worst:.2f}x  {_met(worst <= 2.0)}")
+    per_core = total_mb / total_cpu
+    print(f"  >= 250 MB/s of JSON per core over the four: {per_core:.0f} MB/s  {_met(per_core >= 250.0)}")
+    for label, index, target in (("HTA", 6, 10.0), ("torch-tb-profiler", 5, 20.0)):
+        ratios = [r[index] / r[3] for r in rows if r[index] is not None]
+        if ratios:
+            least = min(ratios)
+            print(f"  >= {target:.0f}x faster than {label}: least {least:.1f}x  {_met(least >= target)}")
+        else:
+            print(f"  >= {target:.0f}x faster than {label}: not measured")
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
 
 
 if __name__ == "__main__":

@@ -41,18 +41,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--all-ranks", action="store_true", help="detail every rank's traces")
     parser.add_argument(
-        "--top", type=_positive_int, default=DEFAULT_TOP, metavar="N", help="operators to list (default: 10)"
+        "--top",
+        type=_positive_int("--top"),
+        default=DEFAULT_TOP,
+        metavar="N",
+        help="operators to list (default: 10)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_positive_int("--jobs"),
+        default=None,
+        metavar="N",
+        help="traces read at once, one process each (default: the usable CPU cores; 1: no extra process)",
     )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--top must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--top must be a positive integer, got {value}")
-    return value
+def _positive_int(flag: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {value}")
+        return value
+
+    return parse
 
 
 def _rank(text: str) -> int:
@@ -81,7 +95,7 @@ def _missing_ranks(report: dict, chosen: list[int] | None) -> ReportError | None
 
 def run(args: argparse.Namespace) -> int:
     try:
-        report = build_report(args.run_dir, top=args.top)
+        report = build_report(args.run_dir, top=args.top, jobs=args.jobs)
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
         return error(PROG, err)
     bad_rank = _missing_ranks(report, args.ranks)

@@ -1,7 +1,7 @@
 """The GPU side of the end of fit: what the run's own CUDA traces show, added to its summary and diagnosis.
 
-After the last step, every saved cycle with CUDA activity is read once, streamed (about 2-3.5 s per 100 MB of
-uncompressed trace on one core, see benchmarks/README.md): its
+After the last step, every saved cycle with CUDA activity is read once, streamed, by the typed reader of
+``report`` (about 1.7-3 s per 100 MB of uncompressed trace on one loaded core, see benchmarks/README.md): its
 :class:`~lightning_perf.analysis.trace_figures.TraceFigures` go into the summary, its kernel-busy shares (all
 kernels, and compute kernels only) are logged at the step the cycle was recorded, its findings
 (:mod:`lightning_perf.analysis.rules.trace`) join the diagnosis, and the chart goes to TensorBoard's Images tab.

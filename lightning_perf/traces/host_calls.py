@@ -97,9 +97,17 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
                 stack.append(span)
                 ends.append(span.end)
             else:
+                # the innermost and the outermost operator of the stack that last until the call ends: one
+                # scan from each side (both stop at once in the common case of properly nested spans)
                 end = span.end
-                inside = [op for op in stack if op.end + TIME_TOLERANCE_US >= end]
-                pair = (inside[-1].name, inside[0].name) if inside else (None, None)
+                pair = (None, None)
+                for op in reversed(stack):
+                    if op.end + TIME_TOLERANCE_US >= end:
+                        for outer in stack:
+                            if outer.end + TIME_TOLERANCE_US >= end:
+                                pair = (op.name, outer.name)
+                                break
+                        break
                 issuer = issuers.get(pair)
                 if issuer is None:
                     issuer = issuers[pair] = Issuer(*pair)

@@ -2,7 +2,8 @@
 :class:`~lightning_perf.traces.reader.TraceReader`.
 
 :class:`JsonScanner` keeps one read chunk (and the value it cuts) in memory; :func:`trace_items` walks the top
-level of a Chrome trace with it. Standard library only.
+level of a Chrome trace with it. Standard library only; a typed decoder (msgspec's, see
+:mod:`lightning_perf.traces.event_types`) can be plugged in for the batches of events.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import gzip
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from lightning_perf.errors import LightningPerfError
@@ -56,6 +57,11 @@ class JsonScanner:
         self.batching = False
         # no cut of this buffer decoded: one value at a time until the next fill
         self._batch_failed = False
+        # when set (with batching): tried first on a batch's JSON array text; a batch it decodes comes with
+        # that text in ``batch_text`` (None for a batch of dicts): its events are typed objects, not dicts.
+        # Any ValueError (wrong type, NaN, control characters...) falls back to json's decoding of the batch.
+        self.typed_decode: Callable[[str], list[Any]] | None = None
+        self.batch_text: str | None = None
 
     def error(self, what: str, pos: int | None = None) -> TraceError:
         where = self._consumed + (self._pos if pos is None else pos)
@@ -145,6 +151,19 @@ class JsonScanner:
             m.start() + 1
             for m in _EVENT_BOUNDARY.finditer(buf, max(start, len(buf) - _BOUNDARY_SEARCH_CHARS))
         ]
+        self.batch_text = None
+        if self.typed_decode is not None and cuts:
+            # a cut inside a string or a nested value leaves the text invalid JSON for any decoder, so a
+            # batch that decodes is exactly the events up to the cut, as with json below
+            text = "[" + buf[start : cuts[-1]] + "]"
+            try:
+                typed = self.typed_decode(text)
+            except (ValueError, RecursionError):
+                pass
+            else:
+                self._pos = cuts[-1]
+                self.batch_text = text
+                return typed
         for _ in range(_BATCH_TRIES):
             if not cuts:
                 break
@@ -171,7 +190,8 @@ META, EVENTS_START, EVENT, EVENTS_END = range(4)
 def trace_items(scanner: JsonScanner) -> Iterator[tuple]:
     """Tagged items of a trace file in file order: (META, key, value, raw), (EVENTS_START,),
     (EVENT, events, raws) for the elements of traceEvents (one event and its source text, or when
-    ``scanner.batching`` a batch of events and None), (EVENTS_END,)."""
+    ``scanner.batching`` a batch of events and None, or a batch of typed events and their JSON array's text
+    when ``scanner.typed_decode`` decoded it), (EVENTS_END,)."""
     first = scanner.peek()
     if not first:
         raise scanner.error("empty file, not a Chrome trace")
@@ -225,7 +245,7 @@ def _event_items(scanner: JsonScanner) -> Iterator[tuple]:
                 yield EVENT, [event], [raw]
                 index += 1
             else:
-                yield EVENT, events, None
+                yield EVENT, events, scanner.batch_text
                 index += len(events)
             separator = scanner.peek()
             if separator not in ("]", ","):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from lightning_perf.analysis.numbers import whole
@@ -119,6 +119,20 @@ class TraceReader:
             if item[0] != EVENT:
                 break  # EVENTS_END
             yield item[1]
+        self._read_tail()
+
+    def typed_batches(self, decode: Callable[[str], list[Any]]) -> Iterator[tuple[list[Any], str | None]]:
+        """Like :meth:`event_batches`, ``decode`` (a typed decoder, e.g. msgspec's) tried first on each batch:
+        (typed events, the batch's JSON array text) where it decodes, else (event dicts, None) as decoded by
+        :mod:`json` (a batch with a value of another type, NaN, control characters...)."""
+        self._start_events()
+        self._scanner.batching = True
+        self._scanner.typed_decode = decode
+        for item in self._items:
+            if item[0] != EVENT:
+                break  # EVENTS_END
+            text = item[2]
+            yield item[1], text if type(text) is str else None
         self._read_tail()
 
     def _raw_events(self) -> Iterator[tuple[dict[str, Any], str]]:

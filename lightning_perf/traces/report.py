@@ -19,6 +19,7 @@ neither traces nor summary, or nothing readable in it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import math
 import os
@@ -39,6 +40,7 @@ from lightning_perf.traces.analysis import (
     step_breakdown,
 )
 from lightning_perf.traces.gpu_figures import trace_figures
+from lightning_perf.traces.parallel_reader import check_jobs, map_traces
 from lightning_perf.traces.reader import GZIP_MAGIC, TraceError
 from lightning_perf.traces.report_ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
 from lightning_perf.traces.spans import gc_paused
@@ -86,8 +88,11 @@ def find_traces(run_dir: str) -> list[str]:
     return [path for path in paths if os.path.isfile(path) and is_trace_file(path)]
 
 
-def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """The report as plain JSON-ready data (what ``--format json`` prints). ``path``: a folder or one trace."""
+def build_report(path: str, top: int = DEFAULT_TOP, jobs: int | None = None) -> dict[str, Any]:
+    """The report as plain JSON-ready data (what ``--format json`` prints). ``path``: a folder or one trace.
+    ``jobs``: processes reading the traces at once (default: the usable cores; 1: in this process); the
+    traces come ordered by rank (then by name), whatever ``jobs``."""
+    jobs = check_jobs(jobs)
     if os.path.isfile(path):
         if not is_trace_file(path):
             raise ReportError(f"{path}: not a Chrome/Kineto trace (no traceEvents)")
@@ -108,11 +113,14 @@ def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
     if not os.path.exists(summary_path) and not traces:
         raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
     sections = []
-    for trace in traces:
-        try:
-            sections.append(analyse_trace(trace, top, with_input_rule=summary is None))
-        except (TraceError, OSError) as err:  # one bad trace does not hide the good ones
-            unreadable.append({"file": os.path.basename(trace), "error": str(err)})
+    analyse = functools.partial(analyse_trace, top=top, with_input_rule=summary is None)
+    # one bad trace does not hide the good ones
+    for trace, ok, result in map_traces(analyse, traces, jobs, errors=(TraceError, OSError)):
+        if ok:
+            sections.append(result)
+        else:
+            unreadable.append({"file": os.path.basename(trace), "error": result})
+    sections.sort(key=_by_rank)  # stable: a rank's cycles stay in name (time) order
     if summary is None and not sections:
         raise ReportError(f"{path}: nothing readable: " + "; ".join(u["error"] for u in unreadable))
     if summary is None and not unreadable:
@@ -132,6 +140,11 @@ def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "unreadable": unreadable,
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }
+
+
+def _by_rank(section: dict[str, Any]) -> tuple[bool, int]:
+    rank = section["rank"]
+    return (rank is None, rank or 0)
 
 
 def figures_section(figures: TraceFigures) -> dict[str, Any]:

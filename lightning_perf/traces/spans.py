@@ -4,13 +4,15 @@
 the complete events as :class:`Span` tuples (:func:`span_of`), the allocator's memory samples and the device
 properties, in a :class:`ParsedTrace`. :func:`step_spans` finds the host-side ProfilerStep#N spans.
 
-Standard library only; imports nothing from torch or Lightning. Times are in microseconds, as in the trace.
+Standard library and msgspec only; imports nothing from torch or Lightning. Times are in microseconds, as in
+the trace.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import math
 import os
 import sys
@@ -18,7 +20,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from msgspec import UNSET
+
 from lightning_perf.analysis.numbers import finite
+from lightning_perf.traces.event_types import Event, decode_events
 from lightning_perf.traces.reader import DISTRIBUTED_INFO_KEY, TraceReader
 
 # Category names, lower-cased (torch-tb-profiler lower-cases `cat` before looking it up).
@@ -67,7 +72,11 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
         return None
     ts = event.get("ts")
     dur = event.get("dur", 0)
-    if finite(ts) is None or finite(dur) is None or dur < 0 or not math.isfinite(ts + dur):
+    try:
+        bad = finite(ts) is None or finite(dur) is None or dur < 0 or not math.isfinite(ts + dur)
+    except OverflowError:  # an integer too large for a float
+        bad = True
+    if bad:
         raise ValueError(
             f"event {event.get('name')!r} has no finite ts or no finite dur >= 0: ts={ts!r}, dur={dur!r}"
         )
@@ -149,77 +158,168 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class SpanList(list):  # type: ignore[type-arg]
+    """The spans :func:`load_trace` made (Span tuples only): :func:`as_spans` takes it without a check."""
+
+
+class _Loaded:
+    """What load_trace keeps so far, filled batch by batch."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = SpanList()
+        self.memory: list[MemorySample] = []
+        self.running: dict[int, float] = {}  # device -> running sum of allocator changes (torch 1.9)
+        self.has_totals = False
+        self.count = self.skipped = 0
+        self.reason: str | None = None
+        self.lowered: dict[str, str] = {}  # category -> interned lower case: a dozen over ~1e5 events
+
+
 @gc_paused()
 def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
     """Stream one trace file into a :class:`ParsedTrace`. :class:`TraceError` naming the file on bad JSON;
-    events with impossible times are skipped and counted (``skipped_events``), never turned into inf/nan."""
-    spans: list[Span] = []
-    memory: list[MemorySample] = []
-    running: dict[int, float] = {}
-    has_totals = False
-    count = skipped = 0
-    reason = None
-    add_span = spans.append
-    lowered: dict[str, str] = {}  # category -> interned lower case: a dozen categories over ~1e5 events
+    events with impossible times are skipped and counted (``skipped_events``), never turned into inf/nan.
+
+    The events are decoded a batch at a time into the typed :class:`~lightning_perf.traces.event_types.Event`
+    (the fields read, nothing else); a batch it cannot hold exactly (a value of another type, a complete event
+    without finite times) is decoded into dicts and read as before, so the result is the same either way."""
+    loaded = _Loaded()
     with TraceReader(path) as reader:
-        for batch in reader.event_batches():
-            for event in batch:
-                count += 1
-                # span_of's work written out for the common event (numbers in range, string name and
-                # category): this loop runs once per event, and is most of the time after the JSON decoding
-                get = event.get
-                cat = get("cat")
-                if cat == PYTHON_FUNCTION_CAT:
-                    continue
-                name = get("name")
-                if name == MEMORY_EVENT_NAME:
-                    has_totals = _add_memory_sample(event, memory, running) or has_totals
-                    continue
-                if get("ph") != "X":
-                    continue
-                ts, dur = get("ts"), get("dur", 0)
-                if (
-                    type(name) is str
-                    and type(cat) is str
-                    and type(ts) in _PLAIN_NUMBERS
-                    and type(dur) in _PLAIN_NUMBERS
-                    and -_PLAIN_LIMIT < ts < _PLAIN_LIMIT
-                    and 0 <= dur < _PLAIN_LIMIT
-                ):
-                    args = get("args")
-                    external_id = correlation = None
-                    if type(args) is dict:
-                        external_id = args.get("External id", args.get("external id"))
-                        correlation = args.get("correlation")
-                    low = lowered.get(cat)
-                    if low is None:
-                        low = lowered[cat] = sys.intern(cat.lower())
-                    start = float(ts)
-                    add_span(
-                        _new_tuple(
-                            Span,
-                            (
-                                intern(name),
-                                low,
-                                start,
-                                start + float(dur),
-                                get("pid"),
-                                get("tid"),
-                                external_id,
-                                correlation,
-                            ),
-                        )
-                    )
-                    continue
-                try:
-                    span = span_of(event)
-                except ValueError as err:
-                    skipped += 1
-                    reason = reason or f"traceEvents[{count - 1}]: {err}"
-                    continue
-                if span is not None:
-                    add_span(span)
-        return ParsedTrace(reader.path, reader.metadata, spans, count, memory, has_totals, skipped, reason)
+        for batch, text in reader.typed_batches(decode_events):
+            if text is None:
+                _add_dicts(batch, loaded)
+            elif not _add_typed(batch, loaded):
+                _add_dicts(_DICT_DECODE(text), loaded)
+        return ParsedTrace(
+            reader.path,
+            reader.metadata,
+            loaded.spans,
+            loaded.count,
+            loaded.memory,
+            loaded.has_totals,
+            loaded.skipped,
+            loaded.reason,
+        )
+
+
+_DICT_DECODE = json.JSONDecoder(strict=False).decode  # as the scanner's: control characters allowed
+
+
+def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
+    """Add the typed events of one batch; False, with nothing added, when one of them needs the dict reader
+    (a complete event without ts, or with times out of range: its skip reason quotes the event as written)."""
+    spans, memory, lowered = loaded.spans, loaded.memory, loaded.lowered
+    add_span = spans.append
+    span_count, memory_count, running = len(spans), len(memory), dict(loaded.running)
+    has_totals = loaded.has_totals
+    for event in batch:
+        # the dict reader's work (below) on typed fields: this loop runs once per event
+        cat = event.cat
+        if cat == PYTHON_FUNCTION_CAT:
+            continue
+        name = event.name
+        if name == MEMORY_EVENT_NAME:
+            args = event.args
+            fields = {"args": None if args is None else args.memory_fields()}
+            if event.ts is not UNSET:
+                fields["ts"] = event.ts
+            has_totals = _add_memory_sample(fields, memory, loaded.running) or has_totals
+            continue
+        if event.ph != "X":
+            continue
+        ts, dur = event.ts, event.dur
+        if ts is UNSET or not (-_PLAIN_LIMIT < ts < _PLAIN_LIMIT and 0 <= dur < _PLAIN_LIMIT):
+            del spans[span_count:], memory[memory_count:]
+            loaded.running = running
+            return False
+        args = event.args
+        external_id = correlation = None
+        if args is not None:
+            external_id = args.external()
+            correlation = args.correlation
+        low = lowered.get(cat)
+        if low is None:
+            low = lowered[cat] = sys.intern(cat.lower())
+        start = float(ts)
+        add_span(
+            _new_tuple(
+                Span,
+                (
+                    intern(name),
+                    low,
+                    start,
+                    start + float(dur),
+                    event.pid,
+                    event.tid,
+                    external_id,
+                    correlation,
+                ),
+            )
+        )
+    loaded.has_totals = has_totals
+    loaded.count += len(batch)
+    return True
+
+
+def _add_dicts(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
+    """Add the event dicts of one batch (any event the JSON holds)."""
+    spans, memory, running, lowered = loaded.spans, loaded.memory, loaded.running, loaded.lowered
+    add_span = spans.append
+    for event in batch:
+        loaded.count += 1
+        # span_of's work written out for the common event (numbers in range, string name and category)
+        get = event.get
+        cat = get("cat")
+        if cat == PYTHON_FUNCTION_CAT:
+            continue
+        name = get("name")
+        if name == MEMORY_EVENT_NAME:
+            loaded.has_totals = _add_memory_sample(event, memory, running) or loaded.has_totals
+            continue
+        if get("ph") != "X":
+            continue
+        ts, dur = get("ts"), get("dur", 0)
+        if (
+            type(name) is str
+            and type(cat) is str
+            and type(ts) in _PLAIN_NUMBERS
+            and type(dur) in _PLAIN_NUMBERS
+            and -_PLAIN_LIMIT < ts < _PLAIN_LIMIT
+            and 0 <= dur < _PLAIN_LIMIT
+        ):
+            args = get("args")
+            external_id = correlation = None
+            if type(args) is dict:
+                external_id = args.get("External id", args.get("external id"))
+                correlation = args.get("correlation")
+            low = lowered.get(cat)
+            if low is None:
+                low = lowered[cat] = sys.intern(cat.lower())
+            start = float(ts)
+            add_span(
+                _new_tuple(
+                    Span,
+                    (
+                        intern(name),
+                        low,
+                        start,
+                        start + float(dur),
+                        get("pid"),
+                        get("tid"),
+                        external_id,
+                        correlation,
+                    ),
+                )
+            )
+            continue
+        try:
+            span = span_of(event)
+        except ValueError as err:
+            loaded.skipped += 1
+            loaded.reason = loaded.reason or f"traceEvents[{loaded.count - 1}]: {err}"
+            continue
+        if span is not None:
+            add_span(span)
 
 
 def _add_memory_sample(
@@ -248,7 +348,7 @@ def _add_memory_sample(
 def as_spans(events: Iterable[Mapping[str, Any] | Span]) -> list[Span]:
     """The spans of ``events`` (Span tuples or event dicts) as a list: ``events`` itself when it is a list of
     Span already (what :func:`load_trace` gives), so the analyses loop over it without a step per span."""
-    if isinstance(events, list) and set(map(type, events)) <= {Span}:
+    if type(events) is SpanList or (isinstance(events, list) and set(map(type, events)) <= {Span}):
         return events
     spans = []
     for event in events:

@@ -1,0 +1,77 @@
+"""Many traces at once: one trace a task in a pool of processes, results in the order of the inputs.
+
+A folder of a thousand ranks' traces is read by as many processes as the machine lets this one use
+(:func:`default_jobs`); each worker holds one trace at a time (``chunksize=1``: it takes the next file when it
+has handed back the result of the last), so the memory of the run is ``jobs`` traces being read plus the small
+per-trace results the caller keeps, whatever the number of files. ``jobs=1`` (or a single file) runs in this
+process, without a pool.
+
+Standard library only: :mod:`concurrent.futures` is the pool; this module adds the error capture that lets one
+unreadable file be reported while the others are read, and the argument check.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def default_jobs() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. under SLURM or taskset), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_jobs(jobs: int | None) -> int:
+    """``jobs`` as a count of processes (None: :func:`default_jobs`); ValueError naming it when it is not an
+    int >= 1."""
+    if jobs is None:
+        return default_jobs()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1 (processes reading traces at once) or None, got {jobs!r}")
+    return jobs
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """A fresh process a worker (forkserver where there is one, else spawn), not a fork of this one: forking a
+    process that runs threads (a test runner, a notebook, a logger) can deadlock the child."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _call(fn: Callable[[str], T], path: str, errors: tuple[type[BaseException], ...]) -> tuple[bool, Any]:
+    """(True, fn(path)), or (False, the message of an expected error): a worker's result, picklable."""
+    try:
+        return True, fn(path)
+    except errors as err:
+        return False, str(err)
+
+
+def map_traces(
+    fn: Callable[[str], T],
+    paths: Sequence[str],
+    jobs: int | None = None,
+    errors: tuple[type[BaseException], ...] = (),
+) -> Iterator[tuple[str, bool, Any]]:
+    """``(path, True, fn(path))`` or ``(path, False, error message)`` for each of ``paths``, in their order.
+
+    ``fn`` must be picklable (a module-level function, or a functools.partial of one) when the work goes to
+    processes. Exceptions of the ``errors`` types become messages; any other propagates. ``jobs``: processes
+    (default: :func:`default_jobs`); never more than there are paths; 1 runs in this process.
+    """
+    jobs = min(check_jobs(jobs), len(paths))
+    if jobs <= 1:
+        for path in paths:
+            yield (path, *_call(fn, path, errors))
+        return
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context()) as pool:
+        results = pool.map(_call, [fn] * len(paths), paths, [errors] * len(paths), chunksize=1)
+        for path, (ok, value) in zip(paths, results, strict=True):
+            yield path, ok, value
