@@ -74,7 +74,7 @@ def describe(ranks: set[int] | Sequence[int], world_size: int) -> str:
     """``"ranks 0, 7-8, 15 of 16"``: consecutive ranks as ranges, for warnings and logs."""
     ordered = sorted(ranks)
     if len(ordered) == world_size:
-        return f"all {world_size} rank(s)" if world_size > 1 else "rank 0"
+        return f"all {world_size} ranks" if world_size > 1 else "rank 0"
     parts: list[str] = []
     start = prev = None
     for rank in [*ordered, None]:

@@ -71,7 +71,7 @@ def test_settings_are_normalised():
 def test_describe_names_ranks_as_ranges():
     assert describe({0, 8, 9, 10, 15}, 16) == "ranks 0, 8-10, 15 of 16"
     assert describe({1}, 2) == "rank 1 of 2"
-    assert describe({0, 1}, 2) == "all 2 rank(s)"
+    assert describe({0, 1}, 2) == "all 2 ranks"
     assert describe({0}, 1) == "rank 0"
 
 
