@@ -1,5 +1,7 @@
 """The trace_ranks policy: which ranks record traces, for many job layouts, and its validation."""
 
+import logging
+
 import pytest
 
 from lightning_perf import PerfCallback
@@ -94,3 +96,17 @@ def test_without_the_profiler_no_rank_traces(tmp_path):
     callback = PerfCallback(enable_profiler=False, trace_ranks=[5], probe_num_workers="never", diagnose=False)
     trainer(tmp_path, [callback], limit_train_batches=4).fit(TinyModel(), loader())
     assert callback.last_summary.trace_ranks == [] and trace_files(tmp_path) == []
+
+
+def test_the_trace_budget_warning_names_the_rank_and_the_ranks_that_record(tmp_path, caplog):
+    from lightning_perf.collect.profiler_window import ProfilerWindow
+
+    recording = describe(ranks_to_trace(16, 8), 16)
+    window = ProfilerWindow(
+        PerfConfig(max_trace_mb=1), ("cpu",), str(tmp_path), global_rank=8, world_size=16, recording=recording
+    )
+    window.bytes_written = 2_000_000  # past the cap: the next cycle is not started
+    with caplog.at_level(logging.WARNING):
+        assert window._over_budget()
+    assert "on rank 8 (traces are recorded by ranks 0, 8, 15 of 16)" in caplog.text
+    assert "`max_trace_mb` (1 MB)" in caplog.text
