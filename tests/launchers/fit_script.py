@@ -8,6 +8,7 @@ to ``<root>/summaries/rank<N>.json``, however the fit ends, so the tests can rea
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -22,27 +23,28 @@ from tests.helpers import TinyModel
 
 
 class ScriptedModel(TinyModel):
-    """Sleeps a little each step; rank ``kill_rank`` SIGKILLs itself at ``kill_at``; at ``ready_at`` every rank
-    writes ``<root>/ready/rank<N>`` with its pid (the test's cue to signal it)."""
+    """Sleeps a little each step; rank ``kill_rank`` SIGKILLs itself at global step ``kill_at``; every rank gets
+    SIGTERM at global step ``sigterm_at``.
 
-    def __init__(self, root: str, step_sleep_s: float, kill_rank: int, kill_at: int, ready_at: int) -> None:
+    Each rank signals itself at the same step, so every rank's Python handler runs at the same point of the loop.
+    Lightning's SIGTERM handler broadcasts from inside the signal handler: a SIGTERM that reaches one rank inside a
+    collective and another outside it can pair different collectives (seen once in four tries with SIGTERM sent
+    from outside: a rank failed with "Connection closed by peer"), which a CI test must not depend on.
+    """
+
+    def __init__(self, step_sleep_s: float, kill_rank: int, kill_at: int, sigterm_at: int) -> None:
         super().__init__()
-        self.root = root
         self.step_sleep_s = step_sleep_s
         self.kill_rank = kill_rank
         self.kill_at = kill_at
-        self.ready_at = ready_at
+        self.sigterm_at = sigterm_at
 
     def training_step(self, batch, batch_idx):
         step = self.trainer.global_step
         if rank() == self.kill_rank and step >= self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)  # no goodbye: a node lost, an OOM killer
-        if step == self.ready_at:
-            os.makedirs(os.path.join(self.root, "ready"), exist_ok=True)
-            path = os.path.join(self.root, "ready", f"rank{rank()}")
-            with open(path + ".tmp", "w") as fh:
-                fh.write(str(os.getpid()))
-            os.replace(path + ".tmp", path)
+        if step == self.sigterm_at:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a cluster scheduler does before preemption
         if self.step_sleep_s:
             time.sleep(self.step_sleep_s)
         return super().training_step(batch, batch_idx)
@@ -61,10 +63,11 @@ def main() -> None:
     parser.add_argument("--step-sleep-s", type=float, default=0.0)
     parser.add_argument("--kill-rank", type=int, default=-1)
     parser.add_argument("--kill-at", type=int, default=-1)
-    parser.add_argument("--ready-at", type=int, default=-1)
+    parser.add_argument("--sigterm-at", type=int, default=-1)
     parser.add_argument("--ckpt-every", type=int, default=0)
     parser.add_argument("--resume", default=None)
     args = parser.parse_args()
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # a stuck rank's stacks, on request (debugging)
 
     callback = PerfCallback(
         skip_first=2,
@@ -107,7 +110,7 @@ def main() -> None:
         ),
         batch_size=4,
     )
-    model = ScriptedModel(args.root, args.step_sleep_s, args.kill_rank, args.kill_at, args.ready_at)
+    model = ScriptedModel(args.step_sleep_s, args.kill_rank, args.kill_at, args.sigterm_at)
     try:
         trainer.fit(model, data, ckpt_path=args.resume)
     finally:

@@ -139,12 +139,3 @@ def torchrun_job(root: Path, *args: str, nodes: int = 2) -> Job:
         for node in range(nodes)
     ]
     return Job(root, commands)
-
-
-def wait_for_files(paths: list[Path], job: Job, timeout_s: float) -> None:
-    """Until every path exists; fails (with the logs) if the job ends or the deadline passes first."""
-    deadline = time.monotonic() + timeout_s
-    while not all(path.exists() for path in paths):
-        if time.monotonic() > deadline or any(proc.poll() is not None for proc in job.procs):
-            raise AssertionError(f"the job never reached {[p.name for p in paths]}\n{job.tail()}")
-        time.sleep(0.05)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 
 import lightning as L
@@ -17,7 +16,7 @@ import torch
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.schedule import ProfileSchedule
 from tests.helpers import load_trace, step_spans, trace_files
-from tests.launchers.procs import ddp_job, torchrun_job, wait_for_files
+from tests.launchers.procs import ddp_job, torchrun_job
 
 # the fit script's schedule: a cycle of 4 batches from batch 2, recording 2 of them, cycle after cycle
 SCHEDULE = ProfileSchedule(skip_first=2, wait=1, warmup=1, active=2, repeat=0)
@@ -132,17 +131,9 @@ def test_a_rank_killed_mid_run_leaves_the_survivor_failed_not_hanging(tmp_path):
 @pytest.mark.timeout(2 * JOB_TIMEOUT_S + 60)
 def test_sigterm_to_every_rank_then_a_resumed_run_continues_the_schedule(tmp_path):
     first = tmp_path / "first"
-    job = torchrun_job(
-        first, "--max-steps", "400", "--step-sleep-s", "0.02", "--ready-at", "10", "--ckpt-every", "4"
-    )
-    try:
-        ready = [first / "ready" / f"rank{r}" for r in (0, 1)]
-        wait_for_files(ready, job, JOB_TIMEOUT_S)
-        for path in ready:  # as a cluster scheduler does before preemption: every rank at once
-            os.kill(int(path.read_text()), signal.SIGTERM)
-    finally:
-        codes = run(job)
-    assert codes[0] != 0 and codes[1] != 0  # Lightning ends the fit with SIGTERMException
+    # every rank gets SIGTERM at global step 10 (see fit_script.ScriptedModel for why from inside the step)
+    job = torchrun_job(first, "--max-steps", "16", "--sigterm-at", "10", "--ckpt-every", "4")
+    run(job)  # Lightning's SIGTERMException is a SystemExit: the exit codes say nothing, the summaries do
     per_rank = rank_summaries(first)
     assert sorted(per_rank) == [0, 1] and all(s.status == "interrupted" for s in per_rank.values())
     assert RunSummary.load(log_dir(first)).status == "interrupted"
@@ -153,7 +144,7 @@ def test_sigterm_to_every_rank_then_a_resumed_run_continues_the_schedule(tmp_pat
 
     checkpoint = str(first / "ckpt" / "last.ckpt")
     resumed_at = torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"]
-    assert resumed_at >= 8 and resumed_at % 4 == 0
+    assert resumed_at == 8  # saved every 4 steps; the run stopped at step 10
     second = tmp_path / "second"
     codes = run(ddp_job(second, "--resume", checkpoint, "--max-steps", str(resumed_at + 8)))
     assert codes == [0]
