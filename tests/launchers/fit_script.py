@@ -28,7 +28,7 @@ class ScriptedModel(TinyModel):
 
     Each rank signals itself at the same step, so every rank's Python handler runs at the same point of the loop.
     Lightning's SIGTERM handler broadcasts from inside the signal handler: a SIGTERM that reaches one rank inside a
-    collective and another outside it can pair different collectives (seen once in four tries with SIGTERM sent
+    collective and another outside it can pair different collectives (seen once in three tries with SIGTERM sent
     from outside: a rank failed with "Connection closed by peer"), which a CI test must not depend on.
     """
 
