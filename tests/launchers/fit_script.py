@@ -27,9 +27,9 @@ class ScriptedModel(TinyModel):
     SIGTERM at global step ``sigterm_at``.
 
     Each rank signals itself at the same step, so every rank's Python handler runs at the same point of the loop.
-    Lightning's SIGTERM handler broadcasts from inside the signal handler: a SIGTERM that reaches one rank inside a
-    collective and another outside it can pair different collectives (seen once in three tries with SIGTERM sent
-    from outside: a rank failed with "Connection closed by peer"), which a CI test must not depend on.
+    Lightning's SIGTERM handler broadcasts from inside the signal handler: sent from outside at a random moment,
+    one try in seven had rank 0 stop while rank 1 was in its next all-reduce (which failed, "Connection closed by
+    peer"), and node 0's torchrun agent then waited 300 s in its exit barrier; a CI test must not depend on that.
     """
 
     def __init__(self, step_sleep_s: float, kill_rank: int, kill_at: int, sigterm_at: int) -> None:
