@@ -89,6 +89,8 @@ class PerfCallback(*namespaces.callback_bases()):
         ab_cudnn_benchmark: at the end of ``fit`` on CUDA with convolutions, time the model on one batch with
             ``cudnn.benchmark`` off and on (the user's setting is restored).
         log_hparams: put the settings fingerprint and headline results in TensorBoard's HParams tab.
+        trace_ranks: global ranks that record traces: "all", a list, or "auto" (every rank up to 8, else
+            rank 0, each node's first rank and the last); the others still time, sample and join the rank table.
 
     Example::
 
@@ -124,6 +126,7 @@ class PerfCallback(*namespaces.callback_bases()):
         probe_budget_s: float = 10.0,
         ab_cudnn_benchmark: bool = True,
         log_hparams: bool = True,
+        trace_ranks: Literal["auto", "all"] | list[int] = "auto",
     ) -> None:
         super().__init__()
         self.config = PerfConfig(**{k: v for k, v in locals().items() if k in _CONFIG_FIELDS})
@@ -165,6 +168,7 @@ class PerfCallback(*namespaces.callback_bases()):
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."
             )
         run_state.one_per_trainer(trainer.callbacks, self, PerfCallback)
+        run_state.traced_ranks(trainer, self.config)  # trace_ranks naming a rank the job lacks fails here
         if self.config.enable_profiler:  # before the first torch profiler of the process starts
             console.quiet_kineto(torch.cuda.is_available())
         # collectives and trainer.log_dir (which broadcasts) run here, on every rank, never in rank-zero code
@@ -173,7 +177,7 @@ class PerfCallback(*namespaces.callback_bases()):
         self._window_batches = self._log_every
         if stage == "fit":
             self._reducer = RankReducer()
-            self._reducer.gather_hosts(socket.gethostname())
+            self._reducer.gather_hosts(socket.gethostname(), trainer.node_rank)
             if self.config.log_hparams:
                 # before Lightning writes its hp_metric placeholder, which would hide ours (see loggers.py)
                 self._hp_placeholder = loggers.disable_default_hp_metric(trainer)

@@ -273,6 +273,8 @@ class RankStats:
     data_wait_ms: float | None = None
     gpu_util_pct: float | None = None
     cpu_util_pct: float | None = None
+    # the node's index in the job (Lightning's node_rank); None in summaries written before it was recorded
+    node_rank: int | None = None
 
 
 @dataclass
@@ -293,6 +295,8 @@ class RunSummary:
     findings: list[Finding] = field(default_factory=list)
     traces: list[TraceFile] = field(default_factory=list)
     ranks: list[RankStats] = field(default_factory=list)
+    # the global ranks that record torch profiler traces in this job (``trace_ranks``); empty without profiling
+    trace_ranks: list[int] = field(default_factory=list)
     # results of measured probes (num_workers sweep, cudnn.benchmark A/B), free-form by probe name
     probes: dict[str, Any] = field(default_factory=dict)
     # what each profiled cycle with CUDA activity shows (traces.gpu_figures), in the order recorded

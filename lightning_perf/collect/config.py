@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lightning_perf.collect import trace_ranks as trace_policy
 from lightning_perf.collect.schedule import ProfileSchedule
 from lightning_perf.errors import ConfigError
 
@@ -75,6 +76,7 @@ class PerfConfig:
     probe_budget_s: float = 10.0
     ab_cudnn_benchmark: bool = True
     log_hparams: bool = True
+    trace_ranks: str | tuple[int, ...] = "auto"
 
     def __post_init__(self) -> None:
         self.schedule  # noqa: B018 - builds and so validates the schedule numbers
@@ -83,6 +85,7 @@ class PerfConfig:
             if not isinstance(value, bool):
                 raise _error(name, value, "True or False")
         _set(self, "activities", validate_activities(self.activities))
+        _set(self, "trace_ranks", trace_policy.validate(self.trace_ranks))
         for name, (zero_ok, most, unit) in _NUMBER_RANGES.items():
             _set(self, name, _number(name, getattr(self, name), zero_ok, most, unit))
         for name in ("batch_size", "log_every_n_steps"):

@@ -73,6 +73,7 @@ class ProfilerWindow:
         backend: str | None = None,
         on_trace: Callable[[TraceFile, object], None] | None = None,
         device: str | None = None,
+        recording: str | None = None,
     ) -> None:
         schedule = config.schedule
         self.config = config
@@ -87,6 +88,9 @@ class ProfilerWindow:
         # the rank's own device ("cuda:3" on local rank 3), for the memory timeline; None: the current one
         self.device = device
         self.worker = worker_name(global_rank)
+        # the job's ranks that record traces, for the budget warnings: the cap is per rank, the disk is shared
+        distributed = recording is not None and world_size > 1
+        self._where = f" on rank {global_rank} (traces are recorded by {recording})" if distributed else ""
         self.traces: list[TraceFile] = []
         self.bytes_written = 0
         self.recorded_steps = 0
@@ -215,9 +219,9 @@ class ProfilerWindow:
         if not self._cap_warned:
             self._cap_warned = True
             log.warning(
-                f"lightning-perf: {size_text(self.bytes_written / BYTES_PER_MB)} of traces written; the next cycle would "
-                f"pass `max_trace_mb` ({size_text(self.max_trace_bytes / BYTES_PER_MB)}), so later profiling cycles are "
-                "skipped. Raise `max_trace_mb` to profile more."
+                f"lightning-perf: {size_text(self.bytes_written / BYTES_PER_MB)} of traces written{self._where}; "
+                f"the next cycle would pass `max_trace_mb` ({size_text(self.max_trace_bytes / BYTES_PER_MB)}), so "
+                "later profiling cycles are skipped. Raise `max_trace_mb` to profile more."
             )
         return True
 
@@ -250,9 +254,9 @@ class ProfilerWindow:
         except _OverCap as over:
             self._stop_cycles()
             log.warning(
-                f"lightning-perf: the trace of batches {steps[0]}-{steps[-1]} ({size_text(over.size / BYTES_PER_MB)}) would "
-                f"pass `max_trace_mb` ({size_text(self.max_trace_bytes / BYTES_PER_MB)}) and was not kept; later profiling "
-                "cycles are skipped. Raise `max_trace_mb` to profile more."
+                f"lightning-perf: the trace of batches {steps[0]}-{steps[-1]} ({size_text(over.size / BYTES_PER_MB)})"
+                f"{self._where} would pass `max_trace_mb` ({size_text(self.max_trace_bytes / BYTES_PER_MB)}) and "
+                "was not kept; later profiling cycles are skipped. Raise `max_trace_mb` to profile more."
             )
             return
         except Exception as err:  # disk full, unwritable dir, a corrupt export, ...

@@ -46,6 +46,7 @@ class RankReducer:
         self.world_size = dist.get_world_size() if self.distributed else 1
         self.failed = False
         self.hosts: list[str] = []
+        self.node_ranks: list[int | None] = []
         self._group = None
         self._sequence = 0
         if self.distributed:
@@ -54,18 +55,21 @@ class RankReducer:
             except Exception as err:
                 self._disable(f"could not create a gloo group for cross-rank figures: {err}")
 
-    def gather_hosts(self, host: str) -> list[str]:
-        """Every rank's host name, by global rank (collective)."""
+    def gather_hosts(self, host: str, node_rank: int | None = None) -> list[str]:
+        """Every rank's host name (and node rank, into ``node_ranks``), by global rank (collective)."""
         if not self.distributed or self.failed:
             self.hosts = [host] * self.world_size
+            self.node_ranks = [node_rank] * self.world_size
             return self.hosts
         try:
-            hosts: list[str | None] = [None] * self.world_size
-            torch.distributed.all_gather_object(hosts, host, group=self._group)
-            self.hosts = [str(h) for h in hosts]
+            pairs: list[tuple[str, int | None] | None] = [None] * self.world_size
+            torch.distributed.all_gather_object(pairs, (host, node_rank), group=self._group)
+            self.hosts = [str(pair[0]) if pair else "?" for pair in pairs]
+            self.node_ranks = [pair[1] if pair else None for pair in pairs]
         except Exception as err:
             self._disable(f"host exchange failed: {err}")
             self.hosts = [host]
+            self.node_ranks = [node_rank]
         return self.hosts
 
     def check_batch_counts(self, batches_per_epoch: float) -> None:
@@ -167,6 +171,7 @@ def rank_table(reducer: RankReducer, summary: RunSummary) -> list[RankStats]:
     if per_rank is None:
         return []
     hosts = reducer.hosts or ["?"] * len(per_rank)
+    nodes = reducer.node_ranks
     return [
         RankStats(
             rank=rank,
@@ -175,6 +180,7 @@ def rank_table(reducer: RankReducer, summary: RunSummary) -> list[RankStats]:
             data_wait_ms=figures.get(DATA_WAIT_MS),
             gpu_util_pct=figures.get(GPU_UTIL),
             cpu_util_pct=figures.get(CPU_UTIL),
+            node_rank=nodes[rank] if rank < len(nodes) else None,
         )
         for rank, figures in enumerate(per_rank)
     ]

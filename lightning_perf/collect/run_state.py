@@ -16,6 +16,7 @@ import torch
 from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import compile_events, fetch_timing
+from lightning_perf.collect import trace_ranks as trace_policy
 from lightning_perf.collect.cuda_events import CudaStepEvents
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.sampling.machine_state import MachineWatch
@@ -82,6 +83,7 @@ class PerfSession:
         # set when the loop's fetcher could not be timed: the callback's batch hook drives the session
         self.hook_timing: fetch_timing.HookTiming | None = None
         self.compiles: compile_events.CompileWatch | None = None  # torch.compile's compilations (fit only)
+        self.traced_ranks: list[int] = []  # the job's ranks that record traces (trace_ranks)
 
     # -- fetcher listener: the hot path, once per batch (see benchmarks/README.md for its cost) ----------
 
@@ -167,7 +169,15 @@ def open_session(
     ):  # a fit resumed from a checkpoint goes on counting: ProfilerStep#N stays global batch N
         session.batches = batches_done(trainer)
         session.compiles = compile_events.watch(session)
-    if config.enable_profiler:
+    traced = traced_ranks(trainer, config)
+    session.traced_ranks = sorted(traced)
+    if stage == "fit" and traced and trainer.world_size > 1 and trainer.is_global_zero:
+        log.info(
+            f"lightning-perf: {trace_policy.describe(traced, trainer.world_size)} record traces "
+            f"(trace_ranks={config.trace_ranks!r}), up to {config.max_trace_mb:g} MB each "
+            f"({config.max_trace_mb * len(traced):g} MB in all); every rank times its steps and samples"
+        )
+    if trainer.global_rank in traced:  # the other ranks create no torch profiler at all
         activities = config.activities or _default_activities(trainer)
         session.window = ProfilerWindow(
             config,
@@ -178,12 +188,23 @@ def open_session(
             backend=_backend(),
             on_trace=(lambda trace, prof: on_trace(session, trace)) if "cuda" in activities else None,
             device=str(trainer.strategy.root_device),
+            recording=trace_policy.describe(traced, trainer.world_size),
         )
     if not fetch_timing.instrument(fetcher, session):
         # no fetcher to time: boundaries come from the batch hooks, where the DataLoader wait is not visible
         session.clock = StepClock(measure_data_wait=False)
         session.hook_timing = fetch_timing.HookTiming(session)
     return session
+
+
+def traced_ranks(trainer: Trainer, config: PerfConfig) -> set[int]:
+    """The global ranks of this job that record traces (``trace_ranks``; none without the profiler). A
+    :class:`ConfigError` when ``trace_ranks`` lists a rank the job does not have."""
+    if not config.enable_profiler:
+        return set()
+    world_size = max(1, int(trainer.world_size))
+    # Lightning numbers ranks node by node: global rank = node_rank * devices + local_rank
+    return trace_policy.ranks_to_trace(world_size, max(1, int(trainer.num_devices)), config.trace_ranks)
 
 
 def batches_done(trainer: Trainer) -> int:

@@ -74,6 +74,7 @@ def build_summary(
             session.loader_yields_cuda,
         ),
         traces=list(session.window.traces) if session.window is not None else [],
+        trace_ranks=list(session.traced_ranks),
         machine=session.machine.finish(),
         compile=compiled,
     )

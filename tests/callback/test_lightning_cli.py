@@ -35,6 +35,7 @@ NON_DEFAULTS = {
     "probe_budget_s": 2.5,
     "ab_cudnn_benchmark": False,
     "log_hparams": False,
+    "trace_ranks": [0],
 }
 
 
@@ -70,10 +71,11 @@ def test_every_constructor_argument_is_settable_from_yaml(tmp_path):
     )
     assert callback.config.activities == ("cpu",)
     for name, value in NON_DEFAULTS.items():
-        if name in ("skip_first", "wait", "warmup", "active", "repeat", "activities"):
+        if name in ("skip_first", "wait", "warmup", "active", "repeat", "activities", "trace_ranks"):
             continue
         assert getattr(callback.config, name) == value, name
     assert callback.config.dirpath == str(tmp_path / "traces")
+    assert callback.config.trace_ranks == (0,) and callback.last_summary.trace_ranks == [0]
     # two cycles of two recorded batches, written where the YAML said
     assert len(trace_files(tmp_path / "traces")) == 2
     assert callback.last_summary.timing.samples == 7 * callback.last_summary.timing.steps
@@ -84,3 +86,16 @@ def test_yaml_with_defaults_writes_traces_to_the_run_log_dir(tmp_path):
     files = trace_files(tmp_path)
     assert len(files) == 1  # default schedule: one window early in training
     assert cli.trainer.log_dir in files[0]
+
+
+def test_trace_ranks_takes_a_word_or_a_list_from_yaml_and_the_command_line(tmp_path):
+    cli = run_cli(tmp_path, {"trace_ranks": "all", "utilization": False, "diagnose": False})
+    (callback,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, PerfCallback)]
+    assert callback.config.trace_ranks == "all"
+    cli = run_cli(
+        tmp_path,
+        {"utilization": False, "diagnose": False},
+        "--trainer.callbacks.init_args.trace_ranks=[0]",
+    )
+    (callback,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, PerfCallback)]
+    assert callback.config.trace_ranks == (0,)
