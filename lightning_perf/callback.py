@@ -89,6 +89,7 @@ class PerfCallback(*namespaces.callback_bases()):
         ab_cudnn_benchmark: at the end of ``fit`` on CUDA with convolutions, time the model on one batch with
             ``cudnn.benchmark`` off and on (the user's setting is restored).
         log_hparams: put the settings fingerprint and headline results in TensorBoard's HParams tab.
+        profile_on_slowdown: record one extra profiler cycle when the step time rises lastingly mid-run.
 
     Example::
 
@@ -124,6 +125,7 @@ class PerfCallback(*namespaces.callback_bases()):
         probe_budget_s: float = 10.0,
         ab_cudnn_benchmark: bool = True,
         log_hparams: bool = True,
+        profile_on_slowdown: bool = True,
     ) -> None:
         super().__init__()
         self.config = PerfConfig(**{k: v for k, v in locals().items() if k in _CONFIG_FIELDS})

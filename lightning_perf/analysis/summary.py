@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.analysis.changepoint import Slowdown
 from lightning_perf.analysis.memory_series import MemorySeries
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.analysis.verdicts.statistics import median_interval
@@ -297,6 +298,8 @@ class RunSummary:
     machine: MachineState | None = None
     # process RSS and GPU allocator memory over the training steps (the utilization sampler); None without it
     memory: MemorySeries | None = None
+    # lasting rises of the step time found over the logging windows (analysis.changepoint), in run order
+    slowdowns: list[Slowdown] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

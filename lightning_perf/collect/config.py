@@ -30,6 +30,7 @@ _BOOL_FIELDS = (
     "diagnose",
     "ab_cudnn_benchmark",
     "log_hparams",
+    "profile_on_slowdown",
 )
 # Upper limits: far beyond any real use, and low enough that every later use of the number stays finite
 # (max_trace_mb * 1e6 bytes as an int, a logging window of interval / step time batches, Event.wait()).
@@ -75,6 +76,7 @@ class PerfConfig:
     probe_budget_s: float = 10.0
     ab_cudnn_benchmark: bool = True
     log_hparams: bool = True
+    profile_on_slowdown: bool = True
 
     def __post_init__(self) -> None:
         self.schedule  # noqa: B018 - builds and so validates the schedule numbers

@@ -17,6 +17,7 @@ from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import fetch_timing
 from lightning_perf.collect.cuda_events import CudaStepEvents
+from lightning_perf.collect.long_run import LongRunWatch
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.sampling.machine_state import MachineWatch
 from lightning_perf.collect.step_clock import StepClock
@@ -81,6 +82,7 @@ class PerfSession:
         self.machine = MachineWatch()  # what else the machine does while this run measures
         # set when the loop's fetcher could not be timed: the callback's batch hook drives the session
         self.hook_timing: fetch_timing.HookTiming | None = None
+        self.watch: LongRunWatch | None = None  # fit only: the slowdown check and extra cycles, per window
 
     # -- fetcher listener: the hot path, once per batch (see benchmarks/README.md for its cost) ----------
 
@@ -177,6 +179,8 @@ def open_session(
             on_trace=(lambda trace, prof: on_trace(session, trace)) if "cuda" in activities else None,
             device=str(trainer.strategy.root_device),
         )
+    if stage == "fit":
+        session.watch = LongRunWatch(config, trace_dir or trainer.default_root_dir, trainer.global_rank)
     if not fetch_timing.instrument(fetcher, session):
         # no fetcher to time: boundaries come from the batch hooks, where the DataLoader wait is not visible
         session.clock = StepClock(measure_data_wait=False)

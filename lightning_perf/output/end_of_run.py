@@ -74,6 +74,7 @@ def build_summary(
         ),
         traces=list(session.window.traces) if session.window is not None else [],
         machine=session.machine.finish(),
+        slowdowns=list(session.watch.slowdowns) if session.watch is not None else [],
     )
     if sampler is not None:
         summary.utilization = sampler.summary()
