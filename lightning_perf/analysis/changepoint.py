@@ -10,7 +10,8 @@ global step it ended at). :class:`SlowdownDetector` is fed each window as it is 
    (``ruptures.Binseg`` with the ``l2`` cost), needing :data:`MIN_BEFORE` windows before it and
    :data:`MIN_AFTER` after (so a burst of one or two slow windows is never "lasting");
 3. and confirmed: the ratio of medians after/before is at least :data:`MIN_RATIO`, :data:`LASTING_SHARE` of
-   the later windows are each :data:`LASTING_RATIO` times the earlier median or more, and a one-sided
+   the later windows are each :data:`LASTING_RATIO` times the earlier median or more, they last
+   :data:`MIN_LASTING_S` seconds or more, and a one-sided
    Mann-Whitney U test of the window means (``scipy.stats.mannwhitneyu``) rejects "no increase" at
    :data:`ALPHA`. The reported ratio is of step-weighted means, with a 95% percentile-bootstrap interval
    over the windows (the windows are the replicates).
@@ -46,6 +47,10 @@ LASTING_RATIO = 1.1
 # The old level is judged on at most this many windows before the new one: a local baseline, so slow drift
 # over hours (clocks, page cache) does not add up to a "change", and each check costs O(LOOKBACK).
 LOOKBACK = 60
+# ... and at least this many seconds of training steps: with the default log_min_interval_s (1 s) five windows
+# already last 5 s; with log_min_interval_s=0 and millisecond steps, five windows can be a 0.2 s burst of
+# another process on the machine, which is noise, not a change of the run.
+MIN_LASTING_S = 2.0
 # One-sided Mann-Whitney U significance for "the later windows are slower".
 ALPHA = 0.01
 # The first window holds the first steps (allocator, cudnn autotuning, the first profiler cycle): skipped.
@@ -130,6 +135,8 @@ class SlowdownDetector:
         if split < MIN_BEFORE or statistics.median(after) < MIN_RATIO * base:
             return None
         if sum(t >= LASTING_RATIO * base for t in after) < LASTING_SHARE * len(after):
+            return None
+        if sum(p.step_ms * p.steps for p in segment[split:]) < MIN_LASTING_S * 1e3:
             return None
         p_value = _increase_p_value(before, after)
         if p_value >= ALPHA:
