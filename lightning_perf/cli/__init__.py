@@ -15,6 +15,7 @@ COMMANDS = {
     "compare": "lightning_perf.cli.compare",
     "trial": "lightning_perf.cli.trial",
     "report": "lightning_perf.cli.report",
+    "capture": "lightning_perf.cli.capture",
 }
 
 
