@@ -40,6 +40,7 @@ from lightning_perf.traces.analysis import (
 )
 from lightning_perf.traces.gpu_figures import trace_figures
 from lightning_perf.traces.reader import GZIP_MAGIC, TraceError
+from lightning_perf.traces.report_changes import cycle_changes
 from lightning_perf.traces.spans import gc_paused
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -128,6 +129,7 @@ def build_report(path: str, top: int = DEFAULT_TOP) -> dict[str, Any]:
         "notes": notes,
         "traces": sections,
         "ranks": rank_spread(sections),
+        "changes": cycle_changes(sections),
         "unreadable": unreadable,
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }

@@ -8,6 +8,7 @@ from typing import Any
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.traces.breakdown import CATEGORIES, CATEGORY_LABELS
+from lightning_perf.traces.report_changes import change_rows, change_title
 from lightning_perf.traces.report_figures import figure_lines, spread_rows
 
 NAME_WIDTH = 80
@@ -137,6 +138,8 @@ def render_text(report: dict[str, Any]) -> str:
         out += _text_findings(trace["findings"], "    ")
     if report["ranks"]:
         out += ["", "Across ranks:"] + _text_table(*spread_rows(report["ranks"]), indent="  ")
+    for change in report.get("changes") or []:  # extra cycles (slowdown, capture) beside the first one
+        out += ["", change_title(change) + ":"] + _text_table(*change_rows(change), indent="  ")
     if report["summary"]:
         out += ["", "Findings:" if report["findings"] else f"Findings: none in {SUMMARY_FILENAME}"]
         out += _text_findings(report["findings"], "  ")
@@ -203,6 +206,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += ["### Findings from this trace", ""] + (_md_findings(trace["findings"]) or ["None."]) + [""]
     if report["ranks"]:
         out += ["", "## Across ranks", ""] + _md_table(*spread_rows(report["ranks"]))
+    for change in report.get("changes") or []:
+        out += ["", f"## {_md_cell(change_title(change))}", ""] + _md_table(*change_rows(change))
     if report["summary"]:
         out += ["", "## Findings", ""]
         if not report["findings"]:

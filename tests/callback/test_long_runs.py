@@ -18,6 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_perf import PerfCallback
+from lightning_perf.cli import main
 from lightning_perf.collect.capture_request import REQUEST_FILENAME, RequestInbox, write_request
 from tests.helpers import FEATURES, TinyModel, trainer
 
@@ -76,7 +77,9 @@ def fit(tmp_path, model, dataset, batches: int, cb: PerfCallback):
     return cb.last_summary
 
 
-def test_a_loader_slowing_at_step_k_gets_slowdown_at_k_and_a_trace_of_the_slow_period(tmp_path, caplog):
+def test_a_loader_slowing_at_step_k_gets_slowdown_at_k_and_a_trace_of_the_slow_period(
+    tmp_path, caplog, capsys
+):
     with caplog.at_level(logging.INFO):
         summary = fit(tmp_path, TinyModel(), SlowingDataset(200, 0.003, 0.030, SLOW_FROM), 150, callback())
     assert [abs(s.step - SLOW_FROM) <= WINDOW for s in summary.slowdowns] == [True]
@@ -92,6 +95,15 @@ def test_a_loader_slowing_at_step_k_gets_slowdown_at_k_and_a_trace_of_the_slow_p
     events = EventAccumulator(summary.log_dir, size_guidance={"tensors": 0})
     events.Reload()
     assert any(tag.startswith("perf_text/events") for tag in events.Tags()["tensors"])
+    # the report sets the slow period's cycle beside the first one, component by component
+    capsys.readouterr()
+    assert main(["report", summary.log_dir, "--format", "json"]) == 0
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert change["label"] == "slowdown" and change["file"] == extra[0].path
+    rows = {row["category"]: row for row in change["rows"]}
+    assert rows["dataloader"]["change_ms"] > 15 and rows["total"]["change_ms"] > 15
+    assert main(["report", summary.log_dir]) == 0
+    assert "What changed (slowdown cycle" in capsys.readouterr().out
 
 
 def test_a_model_slowing_at_step_k_is_named_as_compute_without_an_extra_trace_when_off(tmp_path):
