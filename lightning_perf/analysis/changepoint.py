@@ -20,9 +20,9 @@ After a change the level it moved to is the new baseline, so a second slowdown l
 (the run got faster) only moves the baseline. The series keeps at most :data:`MAX_POINTS` windows: past that,
 neighbouring windows are merged pairwise (weighted by their steps), so memory stays flat over days.
 
-False alarms, measured by ``tests/analysis/test_changepoint.py`` on steady synthetic series with log-normal
-window noise, slow drift, isolated spikes and two-window bursts: 0 in 1000 series of 300 windows (the 95%
-upper bound of the rate is then 0.3% per run). Pure: no torch, no Lightning.
+False alarms, measured with the generator of ``tests/analysis/test_changepoint.py`` (runs of 300 windows of
+>= 1 s, 6% log-normal window noise, a slow random-walk drift, 2% isolated spikes at 1.5-3x): 0 in 1000 runs; with
+three two-window bursts at 1.2-1.6x a run added, 3 in 1000 (0.3%). Pure: no torch, no Lightning.
 """
 
 from __future__ import annotations
