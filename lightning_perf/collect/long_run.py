@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.changepoint import Slowdown, SlowdownDetector, WindowPoint
 from lightning_perf.collect.capture_request import RequestInbox
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from lightning_perf.collect.config import PerfConfig
     from lightning_perf.collect.profiler_window import ProfilerWindow
     from lightning_perf.collect.rank_exchange import RankReducer
+
+log = console.logger(__name__)
 
 # Slowdown traces per run: the first slowdowns are the ones worth a trace; a run slowing again and again
 # would otherwise fill max_trace_mb with the same picture.
@@ -61,7 +64,12 @@ class LongRunWatch:
         ``next_batch`` is the batch an extra cycle would start at.
         """
         events: list[str] = []
-        code = self._decide(figures, step, window, events) if self.zero else NONE
+        code = NONE
+        if self.zero:
+            try:  # never raise before the collective below: the other ranks would wait in it
+                code = self._decide(figures, step, window, events)
+            except Exception as err:
+                log.warning(f"lightning-perf: the slowdown check failed at step {step}: {err}")
         if reducer is not None:
             code = reducer.share(code)
         elif not self._single_process():
@@ -72,7 +80,8 @@ class LongRunWatch:
             self._pending = NONE
             if code == SLOWDOWN:
                 self.slowdown_cycles += 1
-                self.detector.slowdowns[-1].cycle_batch = next_batch
+                if self.detector.slowdowns:  # rank zero's (the others do not run the detector)
+                    self.detector.slowdowns[-1].cycle_batch = next_batch
             events.append(
                 f"lightning-perf: recording one extra profiler cycle ({LABELS[code]}) from batch {next_batch}: "
                 f"trace {window.worker}_{LABELS[code]}.*.pt.trace.json.gz in {window.trace_dir}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -18,9 +19,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_perf import PerfCallback
+from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.cli import main
 from lightning_perf.collect.capture_request import REQUEST_FILENAME, RequestInbox, write_request
-from tests.helpers import FEATURES, TinyModel, trainer
+from tests.helpers import FEATURES, TinyModel, load_trace, step_spans, trainer
 
 WINDOW = 5  # log_every_n_steps: steps per logging window
 SLOW_FROM = 60  # the batch from which the loader or the model slows
@@ -201,3 +203,26 @@ def test_an_old_request_is_stale_and_a_fresh_one_is_taken_once(tmp_path, caplog)
     assert "60 minutes old" in caplog.text
     write_request(str(tmp_path))
     assert inbox.take() is not None and inbox.take() is None
+
+
+@pytest.mark.timeout(300)
+def test_under_ddp_every_rank_records_the_slowdown_cycle_at_the_same_batch(tmp_path):
+    """Two real processes (gloo, ddp_spawn): rank zero decides from the gathered windows, both ranks record."""
+    cb = callback()
+    run = trainer(
+        tmp_path,
+        [cb],
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        limit_train_batches=150,
+        limit_val_batches=0,
+    )
+    run.fit(TinyModel(), DataLoader(SlowingDataset(300, 0.003, 0.030, SLOW_FROM), batch_size=1))
+    run_dir = os.path.join(str(tmp_path), "lightning_logs", "version_0")
+    summary = RunSummary.load(run_dir)
+    assert [abs(s.step - SLOW_FROM) <= WINDOW for s in summary.slowdowns] == [True]
+    extra = sorted(name for name in os.listdir(run_dir) if "_slowdown." in name)
+    assert [re.search(r"_rank(\d)_slowdown\.", name).group(1) for name in extra] == ["0", "1"]
+    steps = [[s["name"] for s in step_spans(load_trace(os.path.join(run_dir, name)))] for name in extra]
+    assert steps[0] == steps[1] and len(steps[0]) == 3
