@@ -44,7 +44,7 @@ class LongRunWatch:
         self.zero = global_rank == 0
         self.slowdown_cycles = 0
         self._pending = NONE
-        self._last_step = 0
+        self._last_batch = 0
 
     @property
     def slowdowns(self) -> list[Slowdown]:
@@ -65,9 +65,10 @@ class LongRunWatch:
         """
         events: list[str] = []
         code = NONE
+        window_batches, self._last_batch = next_batch - self._last_batch, next_batch
         if self.zero:
             try:  # never raise before the collective below: the other ranks would wait in it
-                code = self._decide(figures, step, window, events)
+                code = self._decide(figures, step, window_batches, window, events)
             except Exception as err:
                 log.warning(f"lightning-perf: the slowdown check failed at step {step}: {err}")
         if reducer is not None:
@@ -91,16 +92,21 @@ class LongRunWatch:
         else:
             self._pending = NONE
             events.append(
-                f"lightning-perf: no extra profiler cycle ({LABELS[code]}): profiling has stopped for this run "
-                "(max_trace_mb reached or a trace could not be written)"
+                f"lightning-perf: no extra profiler cycle ({LABELS[code]}): this run's profiling has ended (the "
+                "run ended, max_trace_mb was reached or a trace could not be written)"
             )
         return events if self.zero else []
 
     def _decide(
-        self, figures: Mapping[str, float], step: int, window: ProfilerWindow | None, events: list[str]
+        self,
+        figures: Mapping[str, float],
+        step: int,
+        batches: int,
+        window: ProfilerWindow | None,
+        events: list[str],
     ) -> int:
         code, self._pending = self._pending, NONE
-        found = self._add(figures, step)
+        found = self._add(figures, step, batches)
         if found is not None:
             events.append(describe(found))
             if self.profile_on_slowdown and self.slowdown_cycles < MAX_SLOWDOWN_CYCLES:
@@ -115,8 +121,8 @@ class LongRunWatch:
                 code = CAPTURE
         return code
 
-    def _add(self, figures: Mapping[str, float], step: int) -> Slowdown | None:
-        steps, self._last_step = step - self._last_step, step
+    def _add(self, figures: Mapping[str, float], step: int, steps: int) -> Slowdown | None:
+        """``steps``: the batches of the window (its weight); ``step``: the global step it ended at."""
         step_ms = figures.get(metrics.STEP_TIME.tag)
         if step_ms is None or steps <= 0:
             return None
