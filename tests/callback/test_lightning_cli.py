@@ -35,6 +35,7 @@ NON_DEFAULTS = {
     "probe_budget_s": 2.5,
     "ab_cudnn_benchmark": False,
     "log_hparams": False,
+    "profile_on_slowdown": False,
 }
 
 
