@@ -91,6 +91,7 @@ class PerfCallback(*namespaces.callback_bases()):
         log_hparams: put the settings fingerprint and headline results in TensorBoard's HParams tab.
         trace_ranks: global ranks that record traces: "all", a list, or "auto" (every rank up to 8, else
             rank 0, each node's first rank and the last); the others still time, sample and join the rank table.
+        profile_on_slowdown: record one extra profiler cycle when the step time rises lastingly mid-run.
 
     Example::
 
@@ -127,6 +128,7 @@ class PerfCallback(*namespaces.callback_bases()):
         ab_cudnn_benchmark: bool = True,
         log_hparams: bool = True,
         trace_ranks: Literal["auto", "all"] | list[int] = "auto",
+        profile_on_slowdown: bool = True,
     ) -> None:
         super().__init__()
         self.config = PerfConfig(**{k: v for k, v in locals().items() if k in _CONFIG_FIELDS})

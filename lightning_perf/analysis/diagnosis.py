@@ -23,12 +23,14 @@ from lightning_perf.analysis.rules import memory as rules_memory
 from lightning_perf.analysis.rules import noise as rules_noise
 from lightning_perf.analysis.rules import pipeline as rules_pipeline
 from lightning_perf.analysis.rules import run as rules_run
+from lightning_perf.analysis.rules import slowdown as rules_slowdown
 from lightning_perf.analysis.rules.thresholds import SETTING_TARGETS, SEVERITY_ORDER
 from lightning_perf.analysis.summary import Finding, RunSummary
 
 # Rule order within one severity is the order findings are shown in.
 RULES = (
     rules_input.input_bound,
+    rules_slowdown.slowdown,
     rules_pipeline.batched_transforms,
     rules_input.pin_memory,
     rules_input.persistent_workers,

@@ -255,6 +255,13 @@ PROBE_TEXT = Metric(
     "the num_workers probe as a table: batches/s delivered per num_workers beside the model's rate",
     "text",
 )
+EVENTS_TEXT = Metric(
+    "text",
+    "events",
+    "",
+    "during the run: each lasting slowdown detected and each extra profiler cycle (slowdown, capture) recorded",
+    "text",
+)
 TRACE_CHART = Metric(
     "images",
     "trace_breakdown",
@@ -319,6 +326,7 @@ METRICS: tuple[Metric, ...] = (
     SUMMARY_PROCESS_CPU,
     DIAGNOSIS_TEXT,
     PROBE_TEXT,
+    EVENTS_TEXT,
     TRACE_CHART,
     COMPARISON_TEXT,
     COMPARISON_CHART,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.analysis.changepoint import Slowdown
 from lightning_perf.analysis.compile_summary import CompileSummary
 from lightning_perf.analysis.memory_series import MemorySeries
 from lightning_perf.analysis.summary_decode import FieldError, build
@@ -307,6 +308,8 @@ class RunSummary:
     memory: MemorySeries | None = None
     # torch.compile's compilations during the fit (analysis.compile_summary); None when nothing was compiled
     compile: CompileSummary | None = None
+    # lasting rises of the step time found over the logging windows (analysis.changepoint), in run order
+    slowdowns: list[Slowdown] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

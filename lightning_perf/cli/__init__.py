@@ -16,6 +16,7 @@ COMMANDS = {
     "trial": "lightning_perf.cli.trial",
     "report": "lightning_perf.cli.report",
     "tune": "lightning_perf.cli.tune",
+    "capture": "lightning_perf.cli.capture",
 }
 
 

@@ -31,6 +31,7 @@ _BOOL_FIELDS = (
     "diagnose",
     "ab_cudnn_benchmark",
     "log_hparams",
+    "profile_on_slowdown",
 )
 # Upper limits: far beyond any real use, and low enough that every later use of the number stays finite
 # (max_trace_mb * 1e6 bytes as an int, a logging window of interval / step time batches, Event.wait()).
@@ -77,6 +78,7 @@ class PerfConfig:
     ab_cudnn_benchmark: bool = True
     log_hparams: bool = True
     trace_ranks: str | tuple[int, ...] = "auto"
+    profile_on_slowdown: bool = True
 
     def __post_init__(self) -> None:
         self.schedule  # noqa: B018 - builds and so validates the schedule numbers

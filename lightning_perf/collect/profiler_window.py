@@ -35,6 +35,7 @@ from lightning_perf.atomic_file import (
     remove_quietly,
     why_unwritable,
 )
+from lightning_perf.collect.schedule import ProfileSchedule
 
 if TYPE_CHECKING:
     from lightning_perf.collect.config import PerfConfig
@@ -101,6 +102,8 @@ class ProfilerWindow:
         self._cap_warned = False
         self._foreign_warned = False
         self._no_more_cycles = False
+        self._base_schedule: ProfileSchedule | None = None  # the user's, while an extra cycle runs
+        self.label = ""  # "slowdown", "capture": the extra cycle's trace is named <worker>_<label>.<ns>
 
     @property
     def active(self) -> bool:
@@ -144,6 +147,18 @@ class ProfilerWindow:
             span.__exit__(None, None, None)
             prof.step_rec_fn = None  # so profile.step() does not close it a second time
 
+    def request_cycle(self, step: int, label: str) -> bool:
+        """Record one extra cycle (warm-up + active batches) from batch ``step`` on, its trace named
+        ``<worker>_<label>``. False when a cycle is open or profiling has stopped for this run (cap, disk)."""
+        if self._prof is not None or self._no_more_cycles or self._base_schedule is not None:
+            return False
+        with warnings.catch_warnings():  # warmup=0 was warned about once, with the user's schedule
+            warnings.simplefilter("ignore")
+            extra = ProfileSchedule(step, 0, self.schedule.warmup, self.schedule.active, 1)
+        self._base_schedule, self.schedule, self.label = self.schedule, extra, label
+        self._next_start = step
+        return True
+
     def close(self) -> None:
         """Stop any running profiler, saving the batches already recorded in the open cycle."""
         self._stop_cycles()
@@ -158,6 +173,8 @@ class ProfilerWindow:
         self._next_start = None
 
     def _next_cycle(self, step: int) -> int | None:
+        if self._base_schedule is not None:  # an extra cycle ended: back to the user's schedule
+            self.schedule, self._base_schedule, self.label = self._base_schedule, None, ""
         return None if self._no_more_cycles else self.schedule.next_cycle_start(step)
 
     def _open(self, step: int) -> None:
@@ -283,7 +300,8 @@ class ProfilerWindow:
 
     def _write_trace(self, prof: torch.profiler.profile, steps: list[int]) -> TraceFile:
         os.makedirs(self.trace_dir, exist_ok=True)
-        base = os.path.join(self.trace_dir, f"{self.worker}.{time.time_ns()}")
+        label = f"_{self.label}" if self.label else ""
+        base = os.path.join(self.trace_dir, f"{self.worker}{label}.{time.time_ns()}")
         final_path = base + TRACE_SUFFIX
         raw_path = os.path.join(self.trace_dir, f".{os.path.basename(base)}.raw.json")
         try:

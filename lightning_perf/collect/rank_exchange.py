@@ -117,6 +117,20 @@ class RankReducer:
             for r in rows
         ]
 
+    def share(self, code: int) -> int:
+        """Rank zero's ``code`` on every rank (collective: call on every rank); 0 after a failure."""
+        if not self.distributed:
+            return code
+        if self.failed:
+            return 0
+        value = torch.tensor([float(code)], dtype=torch.float64)
+        try:
+            torch.distributed.broadcast(value, src=0, group=self._group)
+        except Exception as err:
+            self._disable(f"a cross-rank broadcast failed or timed out ({err})")
+            return 0
+        return int(value.item())
+
     def _disable(self, reason: str) -> None:
         # from now on gather() answers None: no cross-rank figures rather than one rank's as everyone's
         if not self.failed:

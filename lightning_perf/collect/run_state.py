@@ -18,6 +18,7 @@ from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import compile_events, fetch_timing
 from lightning_perf.collect import trace_ranks as trace_policy
 from lightning_perf.collect.cuda_events import CudaStepEvents
+from lightning_perf.collect.long_run import LongRunWatch
 from lightning_perf.collect.profiler_window import ProfilerWindow
 from lightning_perf.collect.sampling.machine_state import MachineWatch
 from lightning_perf.collect.step_clock import StepClock
@@ -84,6 +85,7 @@ class PerfSession:
         self.hook_timing: fetch_timing.HookTiming | None = None
         self.compiles: compile_events.CompileWatch | None = None  # torch.compile's compilations (fit only)
         self.traced_ranks: list[int] = []  # the job's ranks that record traces (trace_ranks)
+        self.watch: LongRunWatch | None = None  # fit only: the slowdown check and extra cycles, per window
 
     # -- fetcher listener: the hot path, once per batch (see benchmarks/README.md for its cost) ----------
 
@@ -190,6 +192,8 @@ def open_session(
             device=str(trainer.strategy.root_device),
             recording=trace_policy.describe(traced, trainer.world_size),
         )
+    if stage == "fit":
+        session.watch = LongRunWatch(config, trace_dir or trainer.default_root_dir, trainer.global_rank)
     if not fetch_timing.instrument(fetcher, session):
         # no fetcher to time: boundaries come from the batch hooks, where the DataLoader wait is not visible
         session.clock = StepClock(measure_data_wait=False)

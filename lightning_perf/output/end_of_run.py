@@ -77,6 +77,7 @@ def build_summary(
         trace_ranks=list(session.traced_ranks),
         machine=session.machine.finish(),
         compile=compiled,
+        slowdowns=list(session.watch.slowdowns) if session.watch is not None else [],
     )
     if sampler is not None:
         summary.utilization = sampler.summary()

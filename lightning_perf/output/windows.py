@@ -6,9 +6,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from lightning_perf import console
+from lightning_perf.analysis.metrics import EVENTS_TEXT
 from lightning_perf.collect.rank_exchange import WINDOW, RankReducer, reduce_window
 from lightning_perf.collect.step_clock import EPOCH_START_MS, STEP_TIME_MS
 from lightning_perf.output import loggers
+
+log = console.logger(__name__)
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -42,6 +46,12 @@ def flush(
         metrics[EPOCH_START_MS] = epoch_start
         session.clock.last_epoch_start_ms = None
     loggers.log_metrics(trainer, metrics, trainer.global_step)
+    if session.watch is not None:  # the slowdown check and extra profiler cycles (collect.long_run)
+        for event in session.watch.at_window(
+            metrics, trainer.global_step, session.window, session.batches, reducer
+        ):
+            log.info(event)
+            loggers.add_text(trainer, EVENTS_TEXT.tag, event, trainer.global_step)
     return stretched_window(metrics.get(STEP_TIME_MS), log_every, config.log_min_interval_s)
 
 

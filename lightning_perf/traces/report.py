@@ -42,6 +42,7 @@ from lightning_perf.traces.analysis import (
 from lightning_perf.traces.gpu_figures import trace_figures
 from lightning_perf.traces.parallel_reader import check_jobs, map_traces
 from lightning_perf.traces.reader import GZIP_MAGIC, TraceError
+from lightning_perf.traces.report_changes import cycle_changes
 from lightning_perf.traces.report_ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
 from lightning_perf.traces.spans import gc_paused
 
@@ -137,6 +138,7 @@ def build_report(path: str, top: int = DEFAULT_TOP, jobs: int | None = None) -> 
         "notes": notes,
         "traces": sections,
         "ranks": rank_spread(sections),
+        "changes": cycle_changes(sections),
         "unreadable": unreadable,
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }

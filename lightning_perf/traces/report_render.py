@@ -8,6 +8,7 @@ from typing import Any
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.traces.breakdown import CATEGORIES, CATEGORY_LABELS
+from lightning_perf.traces.report_changes import change_rows, change_title
 from lightning_perf.traces.report_figures import figure_lines, spread_rows
 
 NAME_WIDTH = 80
@@ -172,6 +173,8 @@ def render_text(report: dict[str, Any], detail: set[int] | None = None) -> str:
         out += _trace_text(trace)
     if detail is None and report["ranks"]:
         out += _cross_rank_text(report)
+    for change in report.get("changes") or []:  # extra cycles (slowdown, capture) beside the first one
+        out += ["", change_title(change) + ":"] + _text_table(*change_rows(change), indent="  ")
     if report["summary"]:
         out += ["", "Findings:" if report["findings"] else f"Findings: none in {SUMMARY_FILENAME}"]
         out += _text_findings(report["findings"], "  ")
@@ -250,6 +253,8 @@ def render_markdown(report: dict[str, Any], detail: set[int] | None = None) -> s
         out += _trace_md(trace)
     if detail is None and report["ranks"]:
         out += _cross_rank_md(report)
+    for change in report.get("changes") or []:
+        out += ["", f"## {_md_cell(change_title(change))}", ""] + _md_table(*change_rows(change))
     if report["summary"]:
         out += ["", "## Findings", ""]
         if not report["findings"]:

@@ -36,6 +36,7 @@ NON_DEFAULTS = {
     "ab_cudnn_benchmark": False,
     "log_hparams": False,
     "trace_ranks": [0],
+    "profile_on_slowdown": False,
 }
 
 

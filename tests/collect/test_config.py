@@ -11,7 +11,7 @@ from lightning_perf.errors import ConfigError, LightningPerfError
 
 BOOLS = ["record_shapes", "profile_memory", "with_stack", "with_flops", "export_stacks", "enable_profiler",
          "export_speedscope", "export_memory_timeline", "utilization", "diagnose", "ab_cudnn_benchmark",
-         "log_hparams"]  # fmt: skip
+         "log_hparams", "profile_on_slowdown"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
