@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from lightning_perf.analysis.changepoint import MAX_POINTS, Slowdown, SlowdownDetector, WindowPoint
+from lightning_perf.analysis.compile_summary import CompileEvent, CompileSummary
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.memory_series import MemorySeries
 from lightning_perf.analysis.summary import RunSummary, TimingSummary, TraceFile
@@ -129,3 +130,19 @@ def test_the_summary_round_trips_its_slowdowns(tmp_path):
     found = Slowdown(500, 10.0, 14.0, 1.4, 1.3, 1.5, 1e-3, 20, 8, 600)
     _summary(found).save(tmp_path / "perf_summary.json")
     assert RunSummary.load(tmp_path).slowdowns == [found]
+
+
+def test_the_finding_names_a_recompile_at_the_change():
+    found = Slowdown(400, 10.0, 16.0, 1.6, 1.5, 1.7, 1e-4, 40, 6, 460, 1.0, 1.0, 9.0, 15.0)
+    compiled = CompileSummary(
+        compiles=3,
+        recompiles=2,
+        events=[
+            CompileEvent("0/0", 0, "train", 2.0),
+            CompileEvent("0/1", 396, "train", 1.5, recompile_reason="tensor 'x' size mismatch at index 0"),
+            CompileEvent("0/2", 2000, "train", 1.5, recompile_reason="late, not at the change"),
+        ],
+    )
+    (finding,) = [f for f in diagnose(_summary(found, compile=compiled)) if f.id == "slowdown"]
+    assert "torch.compile recompiled at step 396 (tensor 'x' size mismatch at index 0)" in finding.evidence
+    assert "late, not at the change" not in finding.evidence

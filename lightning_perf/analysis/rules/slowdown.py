@@ -101,6 +101,7 @@ def _coinciding(summary: RunSummary, found: Slowdown) -> list[str]:
         other, cores = finite(machine.other_cores), machine.cpu_count
         if other is not None and cores and other >= NOISY_OTHER_CPU_SHARE * cores:
             notes.append(f"other processes used {other:.1f} of {cores} cores during the run")
+    notes += _recompiles_near(summary, found)
     memory = summary.memory
     if memory is not None:
         for name, values, least in (
@@ -110,6 +111,25 @@ def _coinciding(summary: RunSummary, found: Slowdown) -> list[str]:
             grew = _across(memory.steps, values, found.step)
             if grew is not None and grew[1] - grew[0] >= least:
                 notes.append(f"{name} grew {grew[0]:.0f} -> {grew[1]:.0f} MB across step {found.step:,}")
+    return notes
+
+
+def _recompiles_near(summary: RunSummary, found: Slowdown) -> list[str]:
+    """torch.compile events from a window before the change to its confirmation: a recompiled graph (or the
+    recompile limit, after which dynamo runs the function uncompiled) can be what made the steps slower."""
+    if summary.compile is None:
+        return []
+    window = max(1, (found.detected_step - found.step) // max(1, found.windows_after))
+    notes = []
+    for event in summary.compile.events:
+        if not found.step - window <= event.step <= found.detected_step:
+            continue
+        if event.failure is not None:
+            notes.append(
+                f"torch.compile gave up at step {event.step:,} ({event.failure}): it runs uncompiled since"
+            )
+        elif event.recompile_reason is not None:
+            notes.append(f"torch.compile recompiled at step {event.step:,} ({event.recompile_reason})")
     return notes
 
 
