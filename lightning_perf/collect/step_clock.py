@@ -33,7 +33,12 @@ from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import Distribution, TimingSummary, thinned
 from lightning_perf.analysis.verdicts.statistics import share_interval
 from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
-from lightning_perf.collect.step_history import EXACT_STEPS, SKETCH_RELATIVE_ACCURACY, FoldedSteps
+from lightning_perf.collect.step_history import (
+    EXACT_STEPS,
+    SKETCH_RELATIVE_ACCURACY,
+    FoldedSteps,
+    StepQuantiles,
+)
 
 # metric tags, logged per window (lightning_perf.analysis.metrics has their units and meanings)
 STEP_TIME_MS = metrics.STEP_TIME.tag
@@ -193,39 +198,14 @@ class StepClock:
         return metrics
 
     def summary(self, train_wall_s: float = 0.0) -> TimingSummary:
-        if self._folded.count:
-            return self._long_run_summary(train_wall_s)
-        figures = self._figures(0, len(self._step_ms))
-        summary = TimingSummary(
-            steps=len(self._step_ms),
-            samples=int(sum(self._samples)) if SAMPLES_PER_SEC in figures else 0,
-            step_time_ms=Distribution.of(self._step_ms),
-            epoch_start_ms=Distribution.of(self._epoch_start_ms),
-            epochs=self.epochs,
-            validation_s=self.gap_s.get("validation", 0.0),
-            checkpoint_s=self.gap_s.get("checkpoint", 0.0),
-            train_wall_s=train_wall_s,
-            batches_per_sec=figures.get(BATCHES_PER_SEC),
-            samples_per_sec=figures.get(SAMPLES_PER_SEC),
-            data_wait_pct=figures.get(DATA_WAIT_PCT),
-        )
-        if figures and self.measure_data_wait:
-            summary.data_wait_ms = Distribution.of(self._wait_ms)
-            summary.compute_ms = Distribution.of(
-                [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)]
-            )
-            summary.wait_samples_ms = thinned(self._wait_ms)
-        summary.step_samples_ms = thinned(self._step_ms)
-        return self._finish_summary(summary)
-
-    def _long_run_summary(self, train_wall_s: float) -> TimingSummary:
-        """The summary of a run past EXACT_STEPS: exact means and counts, quantiles from the sketches."""
-        folded = self._folded
+        # a run past EXACT_STEPS: exact means and counts, quantiles from the sketches merged with the arrays
+        folded = self._folded if self._folded.count else None
         figures = self._figures(0, len(self._step_ms), folded)
+        samples = int(sum(self._samples)) + (folded.samples if folded is not None else 0)
         summary = TimingSummary(
             steps=self.steps,
-            samples=folded.samples + int(sum(self._samples)) if SAMPLES_PER_SEC in figures else 0,
-            step_time_ms=folded.step.distribution(self._step_ms),
+            samples=samples if SAMPLES_PER_SEC in figures else 0,
+            step_time_ms=self._distribution(self._step_ms, folded and folded.step),
             epoch_start_ms=Distribution.of(self._epoch_start_ms),
             epochs=self.epochs,
             validation_s=self.gap_s.get("validation", 0.0),
@@ -234,16 +214,22 @@ class StepClock:
             batches_per_sec=figures.get(BATCHES_PER_SEC),
             samples_per_sec=figures.get(SAMPLES_PER_SEC),
             data_wait_pct=figures.get(DATA_WAIT_PCT),
-            sketch_relative_accuracy=SKETCH_RELATIVE_ACCURACY,
+            sketch_relative_accuracy=SKETCH_RELATIVE_ACCURACY if folded is not None else None,
         )
-        step_spaced, wait_spaced = folded.spaced(self._step_ms, self._wait_ms)
+        steps, waits = (
+            folded.spaced(self._step_ms, self._wait_ms) if folded else (self._step_ms, self._wait_ms)
+        )
         if figures and self.measure_data_wait:
-            summary.data_wait_ms = folded.wait.distribution(self._wait_ms)
-            compute_tail = array("d", [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)])
-            summary.compute_ms = folded.compute.distribution(compute_tail)
-            summary.wait_samples_ms = thinned(wait_spaced)
-        summary.step_samples_ms = thinned(step_spaced)
+            summary.data_wait_ms = self._distribution(self._wait_ms, folded and folded.wait)
+            compute = array("d", [s - w for s, w in zip(self._step_ms, self._wait_ms, strict=True)])
+            summary.compute_ms = self._distribution(compute, folded and folded.compute)
+            summary.wait_samples_ms = thinned(waits)
+        summary.step_samples_ms = thinned(steps)
         return self._finish_summary(summary)
+
+    @staticmethod
+    def _distribution(values: array, folded: StepQuantiles | None) -> Distribution | None:
+        return Distribution.of(values) if folded is None else folded.distribution(values)
 
     def _finish_summary(self, summary: TimingSummary) -> TimingSummary:
         if summary.wait_samples_ms:  # from the kept samples: bounded cost however long the run
