@@ -60,8 +60,9 @@ class Issuer(NamedTuple):
         return self.outer if self.inner in (None, self.outer) else f"{self.outer} > {self.inner}"
 
 
-# sort key: start, then the longer span first, then operators before the runtime calls they hold
-_NESTING_ORDER = operator.itemgetter(0, 1, 2)
+# sort order: start, then the longer span first, then operators before the runtime calls they hold; three
+# stable sorts on one C-level key each, least significant first (faster than one sort on a tuple key)
+_NESTING_KEYS = (operator.itemgetter(2), operator.itemgetter(1), operator.itemgetter(0))
 
 
 @functools.cache  # a few hundred distinct (interned) names against ~1e5 events
@@ -85,7 +86,8 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
     for items in by_thread.values():
         if not any(item[2] for item in items):
             continue  # no runtime call on this thread (a DataLoader or autograd thread without launches)
-        items.sort(key=_NESTING_ORDER)
+        for key in _NESTING_KEYS:
+            items.sort(key=key)
         stack: list[Span] = []
         ends: list[float] = []  # the stack's ends
         for start, _, kind, span in items:
