@@ -15,7 +15,6 @@ Standard library only; imports nothing from torch or Lightning. Times are in mic
 
 from __future__ import annotations
 
-import math
 import operator
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -84,20 +83,19 @@ def kernel_busy_pct(
     defaults to the first ProfilerStep# start .. the last ProfilerStep# end (the span of all complete events
     when there is no step). None when there are no kernel events."""
     spans = as_spans(events)
-    kernels: Ranges = [(s.start, s.end) for s in spans if s.cat in KERNEL_CATS]
-    steps = [
-        s
-        for s in spans
-        if s.name.startswith(PROFILER_STEP_PREFIX) and s.cat not in KERNEL_CATS and is_step(s)
-    ]
-    step_lo = min((s.start for s in steps), default=math.inf)
-    step_hi = max((s.end for s in steps), default=-math.inf)
-    lo = min(map(_START, spans), default=math.inf)
-    hi = max(map(_END, spans), default=-math.inf)
+    kernels: Ranges = [s[2:4] for s in spans if s.cat in KERNEL_CATS]  # (start, end)
     if not kernels:
         return None
     if window is None:
-        window = (step_lo, step_hi) if step_lo < math.inf else (lo, hi)
+        steps = [
+            s
+            for s in spans
+            if s.name.startswith(PROFILER_STEP_PREFIX) and s.cat not in KERNEL_CATS and is_step(s)
+        ]
+        if steps:
+            window = (min(s.start for s in steps), max(s.end for s in steps))
+        else:  # the extent of all spans: two more passes, only for a trace without steps
+            window = (min(map(_START, spans)), max(map(_END, spans)))
         if not window[1] > window[0]:
             return None  # the trace spans no time (zero-length events only): no share to give
     start, end = window
