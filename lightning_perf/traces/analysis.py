@@ -134,31 +134,34 @@ def cpu_operator_stats(events: Iterable[Mapping[str, Any] | Span]) -> list[Opera
     totals: dict[str, list[Any]] = {}
     skipped = {name for spans in by_thread.values() for name in {s.name for s in spans}}
     skipped = {name for name in skipped if name.startswith(PROFILER_STEP_PREFIX)}
+
+    def finish(done: Span, self_us: float) -> None:
+        # added as each span ends, in that order (the sums' order of additions, their names' first order)
+        name = done[0]
+        if name in skipped:
+            return
+        total = totals.get(name)
+        if total is None:
+            total = totals[name] = [0, 0.0, 0.0]
+        total[0] += 1
+        total[1] += 0.0 if self_us < 0.0 else self_us  # max(self_us, 0.0)
+        total[2] += done[3] - done[2]
+
     for spans in by_thread.values():
         _outer_first(spans)
-        finished: list[tuple[Span, float]] = []  # (span, self time) as each span ends
         stack: list[list[Any]] = []  # [end, self time, span]
         for span in spans:
-            start, end = span.start, span.end
+            start, end = span[2], span[3]
             limit = start + TIME_TOLERANCE_US
             while stack and stack[-1][0] <= limit:
                 _, self_us, done = stack.pop()
-                finished.append((done, self_us))
+                finish(done, self_us)
             duration = end - start
             if stack and end <= stack[-1][0] + TIME_TOLERANCE_US:
                 stack[-1][1] -= duration  # a direct child
             stack.append([end, duration, span])
-        finished.extend((done, self_us) for _, self_us, done in stack)
-        for done, self_us in finished:
-            name = done.name
-            if name in skipped:
-                continue
-            total = totals.get(name)
-            if total is None:
-                total = totals[name] = [0, 0.0, 0.0]
-            total[0] += 1
-            total[1] += 0.0 if self_us < 0.0 else self_us  # max(self_us, 0.0)
-            total[2] += done.end - done.start
+        for _, self_us, done in stack:  # the spans still open at the end, outermost first
+            finish(done, self_us)
     stats = [
         OperatorStat(name, calls, self_us, total_us) for name, (calls, self_us, total_us) in totals.items()
     ]
