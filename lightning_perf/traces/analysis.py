@@ -15,7 +15,6 @@ Standard library only; imports nothing from torch or Lightning. Times are in mic
 
 from __future__ import annotations
 
-import math
 import operator
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -84,20 +83,19 @@ def kernel_busy_pct(
     defaults to the first ProfilerStep# start .. the last ProfilerStep# end (the span of all complete events
     when there is no step). None when there are no kernel events."""
     spans = as_spans(events)
-    kernels: Ranges = [(s.start, s.end) for s in spans if s.cat in KERNEL_CATS]
-    steps = [
-        s
-        for s in spans
-        if s.name.startswith(PROFILER_STEP_PREFIX) and s.cat not in KERNEL_CATS and is_step(s)
-    ]
-    step_lo = min((s.start for s in steps), default=math.inf)
-    step_hi = max((s.end for s in steps), default=-math.inf)
-    lo = min(map(_START, spans), default=math.inf)
-    hi = max(map(_END, spans), default=-math.inf)
+    kernels: Ranges = [s[2:4] for s in spans if s.cat in KERNEL_CATS]  # (start, end)
     if not kernels:
         return None
     if window is None:
-        window = (step_lo, step_hi) if step_lo < math.inf else (lo, hi)
+        steps = [
+            s
+            for s in spans
+            if s.name.startswith(PROFILER_STEP_PREFIX) and s.cat not in KERNEL_CATS and is_step(s)
+        ]
+        if steps:
+            window = (min(s.start for s in steps), max(s.end for s in steps))
+        else:  # the extent of all spans: two more passes, only for a trace without steps
+            window = (min(map(_START, spans)), max(map(_END, spans)))
         if not window[1] > window[0]:
             return None  # the trace spans no time (zero-length events only): no share to give
     start, end = window
@@ -107,12 +105,14 @@ def kernel_busy_pct(
     return 100.0 * busy / (end - start)
 
 
-_START, _END = operator.attrgetter("start"), operator.attrgetter("end")
+_START, _END = operator.itemgetter(2), operator.itemgetter(3)  # Span.start, Span.end: C-level getters
 
 
-def _outer_first(span: Span) -> tuple[float, float]:
-    """Sort key: by start, the longer (enclosing) span first."""
-    return (span.start, -span.end)
+def _outer_first(spans: list[Span]) -> None:
+    """Sort by start, the longer (enclosing) span first: two stable sorts on C-level float keys give the order
+    of the key (start, -end) without a Python call per span."""
+    spans.sort(key=_END, reverse=True)  # reverse=True keeps equal ends in their order: still stable
+    spans.sort(key=_START)
 
 
 @dataclass
@@ -134,31 +134,34 @@ def cpu_operator_stats(events: Iterable[Mapping[str, Any] | Span]) -> list[Opera
     totals: dict[str, list[Any]] = {}
     skipped = {name for spans in by_thread.values() for name in {s.name for s in spans}}
     skipped = {name for name in skipped if name.startswith(PROFILER_STEP_PREFIX)}
+
+    def finish(done: Span, self_us: float) -> None:
+        # added as each span ends, in that order (the sums' order of additions, their names' first order)
+        name = done[0]
+        if name in skipped:
+            return
+        total = totals.get(name)
+        if total is None:
+            total = totals[name] = [0, 0.0, 0.0]
+        total[0] += 1
+        total[1] += 0.0 if self_us < 0.0 else self_us  # max(self_us, 0.0)
+        total[2] += done[3] - done[2]
+
     for spans in by_thread.values():
-        spans.sort(key=_outer_first)
-        finished: list[tuple[Span, float]] = []  # (span, self time) as each span ends
+        _outer_first(spans)
         stack: list[list[Any]] = []  # [end, self time, span]
         for span in spans:
-            start, end = span.start, span.end
+            start, end = span[2], span[3]
             limit = start + TIME_TOLERANCE_US
             while stack and stack[-1][0] <= limit:
                 _, self_us, done = stack.pop()
-                finished.append((done, self_us))
+                finish(done, self_us)
             duration = end - start
             if stack and end <= stack[-1][0] + TIME_TOLERANCE_US:
                 stack[-1][1] -= duration  # a direct child
             stack.append([end, duration, span])
-        finished.extend((done, self_us) for _, self_us, done in stack)
-        for done, self_us in finished:
-            name = done.name
-            if name in skipped:
-                continue
-            total = totals.get(name)
-            if total is None:
-                total = totals[name] = [0, 0.0, 0.0]
-            total[0] += 1
-            total[1] += 0.0 if self_us < 0.0 else self_us  # max(self_us, 0.0)
-            total[2] += done.end - done.start
+        for _, self_us, done in stack:  # the spans still open at the end, outermost first
+            finish(done, self_us)
     stats = [
         OperatorStat(name, calls, self_us, total_us) for name, (calls, self_us, total_us) in totals.items()
     ]

@@ -129,13 +129,14 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
     """
     # the spans grouped by what they are, which depends on (category, name) only: a few hundred pairs decided
     # once each, then one dictionary look-up per span
-    kinds: dict[tuple[str, str], int] = {}
+    # (category -> name -> kind: no key tuple made per span)
+    kinds: dict[str, dict[str, int]] = defaultdict(dict)
     groups: list[list[Span]] = [[] for _ in range(_KIND_COUNT)]
     for span in as_spans(events):
-        key = (span[1], span[0])
-        kind = kinds.get(key)
+        by_name = kinds[span[1]]
+        kind = by_name.get(span[0])
         if kind is None:
-            kind = kinds[key] = _kind_of(span)
+            kind = by_name[span[0]] = _kind_of(span)
         groups[kind].append(span)
 
     def group(what: int) -> list[Span]:

@@ -199,19 +199,21 @@ def _host_during_idle(spans: Sequence[Span], idle: Ranges, issuers: dict[int, An
         return {}
     copies = copy_names_by_correlation(spans)
     kinds: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    host_kind: dict[tuple[str, str], str | None] = {}  # (category, name) -> kind: decided once per pair
+    # category -> name -> kind: decided once per pair, looked up without making a key tuple per span
+    host_kind: dict[str, dict[str, str | None]] = defaultdict(dict)
     for s in spans:
-        if s.cat in RUNTIME_CATS:
+        cat = s[1]
+        if cat in RUNTIME_CATS:
             kinds["blocking call" if is_blocking(s, copies.get(s.correlation)) else "runtime call"].append(
                 (s.start, s.end)
             )
             continue
-        key = (s[1], s[0])
-        if key not in host_kind:
-            host_kind[key] = _host_kind(s)
-        kind = host_kind[key]
+        by_name = host_kind[cat]
+        kind = by_name.get(s[0], False)
+        if kind is False:
+            kind = by_name[s[0]] = _host_kind(s)
         if kind is not None:
-            kinds[kind].append((s.start, s.end))
+            kinds[kind].append(s[2:4])  # (start, end): Span's fields are (name, cat, start, end, ...)
     shares: dict[str, float] = {}
     rest = idle
     for kind in ("blocking call", "DataLoader", "runtime call", "CPU operators"):

@@ -60,8 +60,8 @@ class Issuer(NamedTuple):
         return self.outer if self.inner in (None, self.outer) else f"{self.outer} > {self.inner}"
 
 
-# sort key: start, then the longer span first, then operators before the runtime calls they hold
-_NESTING_ORDER = operator.itemgetter(0, 1, 2)
+# Span.start and Span.end by index: C-level sort keys (no Python call, no key tuple per span)
+_START, _END = operator.itemgetter(2), operator.itemgetter(3)
 
 
 @functools.cache  # a few hundred distinct (interned) names against ~1e5 events
@@ -72,30 +72,34 @@ def is_launch(name: str) -> bool:
 def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
     """id(runtime span) -> its :class:`Issuer`, by nesting on the calling thread (ProfilerStep# and other
     user annotations are not operators)."""
-    by_thread: dict[tuple[Any, Any], list[tuple[float, float, int, Span]]] = defaultdict(list)
+    operators: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
+    calls: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
     for span in spans:
-        cat = span.cat
+        cat = span[1]
         if cat in OPERATOR_CATS:
-            if not span.name.startswith(PROFILER_STEP_PREFIX):  # torch 1.9: an Operator
-                by_thread[span[4:6]].append((span.start, -span.end, 0, span))
+            if not span[0].startswith(PROFILER_STEP_PREFIX):  # torch 1.9: an Operator
+                operators[span[4:6]].append(span)
         elif cat in RUNTIME_CATS:
-            by_thread[span[4:6]].append((span.start, -span.end, 1, span))
+            calls[span[4:6]].append(span)
     found: dict[int, Issuer] = {}
     issuers: dict[tuple[str | None, str | None], Issuer] = {}  # one Issuer per (inner, outer) pair
-    for items in by_thread.values():
-        if not any(item[2] for item in items):
-            continue  # no runtime call on this thread (a DataLoader or autograd thread without launches)
-        items.sort(key=_NESTING_ORDER)
+    # threads without runtime calls (DataLoader or autograd threads without launches) are left out
+    for thread, thread_calls in calls.items():
+        # by start, then the longer span first, then operators before the runtime calls they hold: stable
+        # sorts on float keys, least significant first, of the operators followed by the calls
+        items = operators.get(thread, []) + thread_calls
+        items.sort(key=_END, reverse=True)  # reverse=True keeps ties in their order
+        items.sort(key=_START)
         stack: list[Span] = []
         ends: list[float] = []  # the stack's ends
-        for start, _, kind, span in items:
-            limit = start + TIME_TOLERANCE_US
+        for span in items:
+            limit = span[2] + TIME_TOLERANCE_US
             while ends and ends[-1] <= limit:
                 ends.pop()
                 stack.pop()
-            if kind == 0:
+            if span[1] not in RUNTIME_CATS:
                 stack.append(span)
-                ends.append(span.end)
+                ends.append(span[3])
             else:
                 # the innermost and the outermost operator of the stack that last until the call ends: one
                 # scan from each side (both stop at once in the common case of properly nested spans)

@@ -19,13 +19,16 @@ Ranges = list[tuple[float, float]]
 # intersect_ranges bisects the longer list when the other is this many times shorter (a window against the
 # kernels of a trace): a Python loop over every range costs ~30x a bisection step or a copied range
 _FEW_RATIO = 8
+_START = operator.itemgetter(0)
 
 
 def merge_ranges(ranges: Iterable[tuple[float, float]]) -> Ranges:
-    """Sorted, disjoint union of intervals (touching ones joined)."""
+    """Sorted, disjoint union of intervals (touching ones joined), each with end >= start."""
     merged: Ranges = []
     append = merged.append  # these loops run over every GPU activity of a trace: locals, no builtin calls
-    ordered = sorted(ranges)
+    # by start alone: a float key sorts ~2x faster than whole tuples, and the order of intervals with the same
+    # start cannot change the union (each one's end >= that start, so the later ones join the same range)
+    ordered = sorted(ranges, key=_START)
     if not ordered:
         return merged
     low, high = ordered[0]

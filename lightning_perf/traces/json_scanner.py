@@ -87,6 +87,13 @@ class JsonScanner:
         self._batch_failed = False
         return True
 
+    def _drop_to(self, pos: int) -> None:
+        """Move to ``pos``, dropping the text before it: the rest of the chunk is a part of one event, whose
+        decode fails until the next fill, and json's error then counts the lines of the whole buffer."""
+        self._consumed += pos
+        self._buf = self._buf[pos:]
+        self._pos = 0
+
     def peek(self) -> str:
         """The next non-whitespace character, not consumed; '' at the end of the file."""
         while True:
@@ -161,7 +168,7 @@ class JsonScanner:
             except (ValueError, RecursionError):
                 pass
             else:
-                self._pos = cuts[-1]
+                self._drop_to(cuts[-1])
                 self.batch_text = text
                 return typed
         for _ in range(_BATCH_TRIES):
@@ -177,7 +184,7 @@ class JsonScanner:
             except (ValueError, RecursionError):
                 break
             if all(type(event) is dict for event in events):
-                self._pos = end
+                self._drop_to(end)
                 return events
             break
         self._batch_failed = True

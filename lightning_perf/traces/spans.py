@@ -235,7 +235,9 @@ def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
         args = event.args
         external_id = correlation = None
         if args is not None:
-            external_id = args.external()
+            external_id = args.external_id  # args.external(), inline: this runs for most spans
+            if external_id is UNSET:
+                external_id = None if args.external_id_lower is UNSET else args.external_id_lower
             correlation = args.correlation
         low = lowered.get(cat)
         if low is None:
