@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import shlex
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,9 @@ def write_study_config(args: argparse.Namespace) -> str:
     path = os.path.join(study_dir(args), STUDY_CONFIG)
     os.makedirs(study_dir(args), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(f"# {os.path.relpath(CONFIG_PATH)} with the case study's flags (written by the case study)\n")
+        fh.write(
+            f"# {os.path.relpath(CONFIG_PATH)} with the case study's flags (written by the case study)\n"
+        )
         yaml.safe_dump(apply_changes(config, study_config_changes(args)), fh, sort_keys=False)
     return path
 
