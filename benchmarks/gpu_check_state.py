@@ -177,7 +177,7 @@ def check_case_study(ctx: Context) -> CheckResult:
         gpu = s.utilization.gpu if s else None
         kind = "before" if variant.name == "baseline" else "after"
         rows.setdefault(kind, []).append(
-            (variant.median_step_ms, gpu.kernel_busy_pct if gpu else None, gpu.util_pct if gpu else None)
+            (variant.mean_step_ms, gpu.kernel_busy_pct if gpu else None, gpu.util_pct if gpu else None)
         )
     text = []
     for kind, values in rows.items():
@@ -187,7 +187,7 @@ def check_case_study(ctx: Context) -> CheckResult:
             else None
             for i in range(3)
         ]
-        text.append(f"{kind}: step {med[0]} ms, kernel-busy {med[1]} %, NVML {med[2]} %")
+        text.append(f"{kind}: mean step {med[0]} ms, kernel-busy {med[1]} %, NVML {med[2]} %")
     detail = f"after: {speed.label}; " + "; ".join(text) + "; " + case_study.verdict_line(speed)
     return result(name, speed.significant, detail, speedup=speed.speedup, low=speed.low, high=speed.high)
 
