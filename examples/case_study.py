@@ -43,9 +43,9 @@ RECIPE_OVERRIDES = [
     ("model.init_args.batched_transforms", "true"),
     ("data.init_args.batched_transforms", "true"),
 ]
-# Sizes for the 2-core CPU machine of the README (a step of 64 images ~220 ms before, ~150 ms after): the
-# diagnosis (63 steps + the 5 s num_workers probe) and 3 rounds of baseline and candidates at 60 timed steps
-# each take about 4 minutes there, mostly worker start-up and steps. A GPU user raises --steps.
+# Sizes for the 2-core CPU machine of the README (a step of 64 images ~380 ms before, ~310 ms after while
+# other jobs shared it): the diagnosis (63 steps + the 5 s num_workers probe) and 3 rounds of baseline and
+# candidate at 60 timed steps each (one process a run) took about 6 minutes there. A GPU user raises --steps.
 DEFAULT_STEPS = 60
 DEFAULT_REPEATS = 3
 DEFAULT_BATCH_SIZE = 64
