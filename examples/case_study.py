@@ -45,7 +45,7 @@ RECIPE_OVERRIDES = [
 ]
 # Sizes for the 2-core CPU machine of the README (a step of 64 images ~380 ms before, ~310 ms after while
 # other jobs shared it): the diagnosis (63 steps + the 5 s num_workers probe) and 3 rounds of baseline and
-# candidate at 60 timed steps each (one process a run) took about 6 minutes there. A GPU user raises --steps.
+# candidate at 60 timed steps each (one process a run) took 3.7-7 minutes there. A GPU user raises --steps.
 DEFAULT_STEPS = 60
 DEFAULT_REPEATS = 3
 DEFAULT_BATCH_SIZE = 64
