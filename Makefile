@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine:
-#   make demo   creates .venv and runs the ResNet-18 before/after case study on synthetic data
+#   make demo   creates .venv and runs `lightning-perf tune` on the ResNet-18 example config (synthetic data)
 #   make test   creates .venv and runs lint + the test suite (what .ci/run calls)
 #   make gpu-check  on a machine with one NVIDIA GPU: one pass/fail table of what the GPU side promises
 #                   (under 5 minutes; also written to $$OUT/gpu_check.txt and .json when OUT is set)

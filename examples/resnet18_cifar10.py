@@ -4,10 +4,12 @@ The case study (synthetic data, runs offline; ``examples/case_study.py`` holds i
 
     python examples/resnet18_cifar10.py
 
-diagnoses a "before" run with ``PerfCallback``, builds "after" from its findings (the ``batched_transforms``
-recipe: uint8 data, augmentation once per batch on the device in ``on_after_batch_transfer``; num_workers,
-pin_memory, cudnn.benchmark and mixed precision on a GPU), measures both in interleaved rounds and prints the
-verdict with its interval. ``--data cifar10 --data-dir DIR`` uses the real data set (downloaded).
+runs ``lightning-perf tune`` (its Python API) on this example's Lightning CLI config, as a user would on their
+project: a diagnosis fit with ``PerfCallback``, the findings' config changes as candidates, plus the
+``batched_transforms`` recipe (code this example has: uint8 data, augmentation once per batch on the device in
+``on_after_batch_transfer``) as the user's own variant, measured in interleaved rounds; the tuned config is
+written in the log dir and the verdict printed with its interval. ``--data cifar10 --data-dir DIR`` uses the
+real data set (downloaded).
 
 The same model and data as a Lightning CLI (``fit``, ``validate``, ``test``, ``predict``)::
 

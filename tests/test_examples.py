@@ -11,6 +11,7 @@ import lightning
 import lightning as L
 import pytest
 import torch
+import yaml
 from lightning.pytorch.cli import LightningCLI
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -22,7 +23,10 @@ from examples.batch_augment import augment_batch, normalize_batch  # noqa: E402
 from examples.resnet18_cifar10 import CIFAR10DataModule, ResNet18Classifier  # noqa: E402
 from lightning_perf import PerfCallback  # noqa: E402
 from lightning_perf.analysis.diagnosis import diagnose  # noqa: E402
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary  # noqa: E402
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary  # noqa: E402
+from lightning_perf.trial.decision import Decision, Speed  # noqa: E402
+from lightning_perf.trial.proposals import propose  # noqa: E402
+from lightning_perf.trial.tune import TuneResult  # noqa: E402
 from tests.analysis.test_rules_pipeline import case_study as case_study_summary  # noqa: E402
 from tests.helpers import trace_files  # noqa: E402
 
@@ -35,123 +39,93 @@ RECORDED_STEPS = [[3, 4, 5], [8, 9, 10]]
 # ---------------------------------------------------------------------------------- resnet18_cifar10 study
 
 
-def cpu_case_study_summary(path: Path) -> Path:
-    """The 2-core CPU case study's 'before' run, diagnosed by the real rules, saved as a summary file."""
-    summary = case_study_summary(accelerator="cpu")
-    summary.findings = diagnose(summary)
-    summary.save(path)
-    return path
+def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp_path, capsys):
+    original = CONFIG.read_bytes()
 
-
-def test_case_study_smoke_builds_after_from_the_diagnosis_findings(tmp_path, capsys):
-    benchmark_was = torch.backends.cudnn.benchmark
-    args = case_study.parse_study_args(["--smoke", "--log-dir", str(tmp_path)])
-
-    summary, plan = case_study.diagnose_and_plan(args)
-
-    run = tmp_path / "resnet18_cifar10" / "diagnosis"
-    saved = RunSummary.load(run / SUMMARY_FILENAME)
-    assert saved.status == "finished" and saved.timing.steps > 0
-    assert [t.steps for t in saved.traces] == RECORDED_STEPS and len(trace_files(run)) == 2
-    assert [f.id for f in saved.findings] == [f.id for f in summary.findings]
-    # every settings change of every finding got a decision; 'after' is 'before' plus the applied ones
-    asked = [(f.id, k, v) for f in saved.findings for k, v in f.settings_change.items()]
-    assert [(d.finding, d.key, d.value) for d in plan.decisions if d.key is not None] == asked
-    before = case_study.base_setup(args)
-    applied = {d.key: d.value for d in plan.applied}
-    changed = {
-        k: v
-        for part in ("model", "data", "trainer")
-        for k, v in getattr(plan.after, part).items()
-        if getattr(before, part).get(k) != v
-    }
-    assert set(changed) == set(applied)
-    out = capsys.readouterr().out
-    assert "applied:" in out and "not applied:" in out
-    assert torch.backends.cudnn.benchmark == benchmark_was  # Trainer(benchmark=...) set it process-wide
-
-
-def test_after_of_the_cpu_case_study_takes_the_batched_transforms_recipe():
-    summary = case_study_summary(accelerator="cpu")
-    findings = diagnose(summary)
-    before = case_study.base_setup(case_study.parse_study_args([]))
-
-    plan = case_study.plan_after(before, findings, cuda=False)
-
-    assert plan.after.model["batched_transforms"] is True and plan.after.data["batched_transforms"] is True
-    assert plan.after.data["num_workers"] == 0 and plan.after.trainer == before.trainer
-    # with the recipe found, the diagnosis itself asks for no workers (one voice), so none is left to refuse
-    (input_bound,) = [f for f in findings if f.id == "input_bound"]
-    assert "num_workers" not in input_bound.settings_change
-    assert ("input_bound", "num_workers") not in {(d.finding, d.key) for d in plan.not_applied}
-
-
-def test_plan_applies_what_the_example_knows_and_says_why_not_the_rest():
-    findings = [
-        Finding("mixed_precision", "medium", "t", "e", "r", {"precision": "bf16-mixed"}),
-        Finding("input_bound", "high", "t", "e", "r", {"num_workers": 6}),
-        Finding("workers_exceed_cores", "medium", "t", "e", "r", {"num_workers": 3}),
-        Finding("pin_memory", "medium", "t", "e", "r", {"pin_memory": True}),
-        Finding("cudnn_benchmark", "medium", "t", "e", "r", {"benchmark": True}),
-        Finding("low_gpu_util", "medium", "t", "e", "r", {"batch_size": 128}),
-        Finding("future_rule", "low", "t", "e", "r", {"channels_last": True}),
-        Finding("persistent_workers", "low", "t", "e", "r", {"persistent_workers": True}),
-        Finding("straggler", "info", "Rank 1 is slow", "e", "r"),
-    ]
-    before = case_study.base_setup(case_study.parse_study_args([]))
-
-    gpu = case_study.plan_after(before, findings, cuda=True)
-    cpu = case_study.plan_after(before, findings, cuda=False)
-
-    assert gpu.after.trainer["precision"] == "bf16-mixed" and gpu.after.trainer["benchmark"] is True
-    assert (gpu.after.data["num_workers"], gpu.after.data["pin_memory"]) == (6, True)
-    assert gpu.after.data["batch_size"] == before.data["batch_size"]
-    reasons = {(d.finding, d.key): d.reason for d in gpu.not_applied}
-    assert reasons == {
-        ("workers_exceed_cores", "num_workers"): "already set by input_bound",
-        ("low_gpu_util", "batch_size"): case_study.NOT_APPLICABLE["batch_size"],
-        ("future_rule", "channels_last"): "the example does not know how to apply it",
-        ("straggler", None): "advice only: Rank 1 is slow",
-    }
-    assert gpu.after.data["persistent_workers"] is True  # with the 6 workers input_bound asked for
-    assert cpu.after.trainer == before.trainer and "pin_memory" not in cpu.after.data
-    # torch refuses persistent_workers without workers: not applied when no finding asked for workers
-    persistent = Finding("persistent_workers", "low", "t", "e", "r", {"persistent_workers": True})
-    no_workers = case_study.plan_after(before, [persistent], cuda=True)
-    assert [d.reason for d in no_workers.decisions] == ["needs num_workers > 0"]
-    assert "persistent_workers" not in no_workers.after.data
-    assert {d.key for d in cpu.not_applied if d.reason == "needs a CUDA device"} == {
-        "precision",
-        "benchmark",
-        "pin_memory",
-    }
-    assert "not applied:" in gpu.render() and "precision='bf16-mixed'" in gpu.render()
-
-
-def test_case_study_measures_before_and_after_with_an_interval(tmp_path, capsys):
-    pytest.importorskip(
-        "lightning_perf.analysis.verdicts.statistics", reason="the repeated measurement (issue 16)"
-    )
-    from lightning_perf.analysis.verdicts.statistics import MetricChange  # noqa: F401  (the contract's class)
-
-    findings = cpu_case_study_summary(tmp_path / "before.json")
-    argv = ["--smoke", "--from-summary", str(findings), "--log-dir", str(tmp_path)]
-
-    assert resnet18_cifar10.main(argv) == 0
+    assert resnet18_cifar10.main(["--smoke", "--log-dir", str(tmp_path)]) == 0
 
     out = capsys.readouterr().out
-    assert "batched_transforms" in out.split("not applied:")[0]  # listed as applied
+    study = tmp_path / "resnet18_cifar10"
+    config = yaml.safe_load((study / "config.yaml").read_text())
+    # the example's own config with the study's flags, handed to tune; the example's file untouched
+    assert config["data"]["init_args"]["batch_size"] == case_study.SMOKE_BATCH_SIZE
+    assert config["model"]["class_path"] == "examples.resnet18_cifar10.ResNet18Classifier"
+    assert CONFIG.read_bytes() == original and not (REPO / "examples" / "config.tuned.yaml").exists()
+    assert f"lightning-perf tune --config {study / 'config.yaml'} --steps 4 --repeats 2" in out
+    assert "batched_transforms  (from --variant)" in out.split("candidates:")[1]
+    # tune's runs: the diagnosis (profiled, summarised) and every round of the baseline and the recipe
+    runs = study / "tune"
+    assert RunSummary.load(runs / "diagnosis" / SUMMARY_FILENAME).timing.steps > 0
+    for variant in ("baseline", "batched_transforms"):
+        for i in (1, 2):
+            assert (runs / variant / f"round_{i}" / SUMMARY_FILENAME).is_file(), out
+    assert f"tensorboard --logdir {runs}" in out
+    assert "method: mean step time after against before" in out
     verdict = out.rstrip().splitlines()[-1]  # the study's last line
-    assert verdict.startswith("case study verdict: "), out
-    found = re.search(r"(faster|slower) than before \(95% interval (\d+\.\d+)x-(\d+\.\d+)x\)$", verdict)
+    found = re.search(
+        r"^case study verdict: after is (\d+\.\d+)x (faster|slower) than before \(95% interval "
+        r"(\d+\.\d+)x-(\d+\.\d+)x\)$",
+        verdict,
+    )
     if found:  # the change and its interval read the same way: both bounds above 1
-        assert 1.0 < float(found[2]) <= float(found[3]), verdict
+        assert float(found[3]) <= float(found[1]) <= float(found[4]) and float(found[3]) > 1.0, verdict
     else:
         assert re.search(
             r"^case study verdict: no measurable difference .*95% interval [\d.]+x-[\d.]+x\)$", verdict
-        )
-    assert "method: mean step time" in out
-    assert f"tensorboard --logdir {tmp_path / 'resnet18_cifar10'}" in out
+        ), verdict
+
+
+def test_the_recipe_the_demo_measures_is_what_tune_lists_as_needing_code_on_the_cpu_case_study():
+    summary = case_study_summary(accelerator="cpu")
+    summary.findings = diagnose(summary)
+
+    proposal = propose(
+        summary.findings, summary.settings, {"loader_keys": {"num_workers": "data.init_args.x"}}
+    )
+
+    needs_code = {u.finding for u in proposal.unapplied if u.reason == "needs code"}
+    assert case_study.RECIPE in needs_code  # tune never applies it; the example has its code
+    assert {k for k, _ in case_study.RECIPE_OVERRIDES} == {
+        "model.init_args.batched_transforms",
+        "data.init_args.batched_transforms",
+    }
+    # both init arguments exist on the example's classes, as the overrides name them
+    assert ResNet18Classifier(batched_transforms=True).hparams.batched_transforms is True
+    assert CIFAR10DataModule(batched_transforms=True).hparams.batched_transforms is True
+
+
+@pytest.mark.parametrize(
+    "speed, line",
+    [
+        (
+            Speed("b", "b", 1.40, 1.32, 1.49),
+            "case study verdict: after is 1.40x faster than before (95% interval 1.32x-1.49x)",
+        ),
+        (
+            Speed("b", "b", 0.8, 0.75, 0.85),
+            "case study verdict: after is 1.25x slower than before (95% interval 1.18x-1.33x)",
+        ),
+        (
+            Speed("b", "b", 1.05, 0.9, 1.2),
+            "case study verdict: no measurable difference between after and before "
+            "(estimate 1.05x faster, 95% interval 0.90x-1.20x)",
+        ),
+    ],
+)
+def test_verdict_line_reads_in_one_direction(speed, line):
+    assert case_study.verdict_line(speed) == line
+
+
+def test_after_is_the_winner_else_the_best_measured_candidate():
+    fast, faster = Speed("w", "w", 1.3, 1.1, 1.5), Speed("c", "c", 1.6, 0.9, 2.8)
+    broken = Speed("x", "x", error="boom")
+    won = TuneResult("c.yaml", "d", speeds=[broken, faster, fast], decision=Decision("w", "w"))
+    kept = TuneResult("c.yaml", "d", speeds=[broken, faster, fast], decision=Decision(None, "keep"))
+    failed = TuneResult("c.yaml", "d", speeds=[broken], decision=Decision(None, "no", judged=False))
+
+    assert case_study.after_speed(won) is fast
+    assert case_study.after_speed(kept) is faster
+    assert case_study.after_speed(failed) is None
 
 
 def test_the_tune_mode_hands_the_example_config_to_lightning_perf_tune(capsys):
@@ -165,6 +139,8 @@ def test_the_tune_mode_hands_the_example_config_to_lightning_perf_tune(capsys):
         (["--steps", "0"], "--steps must be > 0, got 0"),
         (["--batch-size", "-1"], "--batch-size must be > 0, got -1"),
         (["--repeats", "0"], "--repeats must be > 0, got 0"),
+        (["--repeats", "1"], "--repeats must be >= 2 (one round gives no interval), got 1"),
+        (["--budget-s", "0"], "--budget-s must be > 0, got 0"),
         (["--data", "imagenet"], "invalid choice: 'imagenet'"),
     ],
 )
