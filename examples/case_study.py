@@ -44,12 +44,12 @@ RECIPE_OVERRIDES = [
     ("data.init_args.batched_transforms", "true"),
 ]
 # Sizes for the 2-core CPU machine of the README (a step of 64 images ~380 ms before, ~310 ms after while
-# other jobs shared it): the diagnosis (63 steps + the 5 s num_workers probe) and 3 rounds of baseline and
-# candidate at 60 timed steps each (one process a run) took 3.7-7 minutes there. A GPU user raises --steps.
+# other jobs shared it): the diagnosis (63 steps + the 5 s num_workers probe) and 5 rounds of baseline and
+# candidate at 60 timed steps each (one process a run) took 5 min 42 s on the idle machine. A GPU user raises --steps.
 DEFAULT_STEPS = 60
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = 5  # 3 rounds leave a t-interval with 2 degrees of freedom: too wide for a 1.2-1.4x change
 DEFAULT_BATCH_SIZE = 64
-# generous: `tune` drops rounds or candidates that do not fit; the study wants its 3 rounds on a busy machine
+# generous: `tune` drops rounds or candidates that do not fit; the study wants its 5 rounds on a busy machine
 DEFAULT_BUDGET_S = 1200.0
 # --smoke (the tests): tiny batches, a few steps, the 2 rounds an interval needs
 SMOKE_STEPS = 4
