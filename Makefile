@@ -39,10 +39,11 @@ lint: venv
 test: lint
 	$(BIN)/python -m pytest
 
-# the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6
+# the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6;
+# tests marked `once` (~3 minutes of timed rounds that do not depend on Lightning's version) run only in `make test`
 test-lightning: venv
 	$(BIN)/pip install --quiet --no-deps lightning==$(V) pytorch-lightning==$(V)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not once"
 	$(BIN)/pip install --quiet --no-deps lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
 
 print-lightning:

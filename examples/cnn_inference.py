@@ -147,7 +147,8 @@ class MNISTDataModule(L.LightningDataModule):
                 raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"`num_samples` must be an integer >= 1, got {num_samples!r}")
-        self.save_hyperparameters()
+        # the CLI's `_class_path` stays with the model: Lightning 2.4 refuses two different ones in the logged hparams
+        self.save_hyperparameters(ignore="_class_path")
         self.train_set: Dataset | None = None
         self.eval_set: Dataset | None = None
 

@@ -212,7 +212,8 @@ class CIFAR10DataModule(L.LightningDataModule):
                 raise ValueError(
                     f"`prefetch_factor={prefetch_factor}` needs `num_workers` > 0, got num_workers=0"
                 )
-        self.save_hyperparameters()
+        # the CLI's `_class_path` stays with the model: Lightning 2.4 refuses two different ones in the logged hparams
+        self.save_hyperparameters(ignore="_class_path")
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
 

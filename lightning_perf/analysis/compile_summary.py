@@ -31,6 +31,8 @@ class CompileEvent:
     failure: str | None = None
     # the step was open (timed) when it compiled, and is left out of the step statistics
     step_excluded: bool = False
+    # the compiled code is Lightning's own (its logging, traced into the step by Lightning < 2.5), not the model's
+    in_lightning: bool = False
 
 
 @dataclass
@@ -52,6 +54,8 @@ class CompileSummary:
     graph_breaks: int | None = None
     break_reasons: dict[str, int] = field(default_factory=dict)
     break_sites: dict[str, int] = field(default_factory=dict)
+    # the break sites that lie in Lightning's own code (lightning, torchmetrics, lightning_utilities)
+    lightning_sites: list[str] = field(default_factory=list)
     recompile_limit_hit: bool = False
     events: list[CompileEvent] = field(default_factory=list)
     unmeasured: list[str] = field(default_factory=list)

@@ -40,6 +40,32 @@ COMPILE_TIME_S = metrics.COMPILE_TIME.tag
 RECOMPILES = metrics.RECOMPILES.tag
 # what is not measured, said once per process
 _told: set[str] = set()
+# packages whose code is Lightning's own: Lightning < 2.5 lets dynamo trace self.log into the compiled step
+_LIGHTNING_PACKAGES = (
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "lightning_utilities",
+    "torchmetrics",
+)
+
+
+def in_lightning(filename: str | None) -> bool:
+    """Whether a code object's file lies in one of Lightning's packages."""
+    parts = str(filename or "").replace("\\", "/").split("/")
+    return any(package in parts[:-1] for package in _LIGHTNING_PACKAGES)
+
+
+def resume_files() -> dict[str, str]:
+    """Where each resume function dynamo made after a graph break lives (its name -> the file of the code that
+    broke), read from dynamo's cache of them; empty where this torch keeps it elsewhere."""
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+
+        generated = ContinueExecutionCache.cache.values.values()
+        return {code.co_name: code.co_filename for codes in generated for code in codes.values()}
+    except Exception:
+        return {}
 
 
 def _tell_once(what: str) -> None:
@@ -167,6 +193,8 @@ class CompileWatch:
                 reasons[short_reason(reason)] += count
             summary.break_reasons = dict(reasons.most_common())
             summary.break_sites = dict((sites - base_sites).most_common())
+            files = resume_files()
+            summary.lightning_sites = [site for site in summary.break_sites if in_lightning(files.get(site))]
         if not self._events and not summary.graph_breaks:
             return None
         compiled = [e for e in self._events.values() if e.failure is None]
@@ -220,6 +248,7 @@ class CompileWatch:
                 event.recompile_reason = short_reason(reason)
                 self._window_recompiles += int(event.failure is None)
             event.function = event.function or getattr(record, "co_name", None)
+            event.in_lightning = event.in_lightning or in_lightning(getattr(record, "co_filename", None))
 
     def _counts(self) -> tuple[int, Counter[str], Counter[str]]:
         counters = self._counters

@@ -142,6 +142,45 @@ def test_lightnings_own_log_breaks_alone_are_no_finding():
     assert graph_breaks(summary_with(comp), None) is None
 
 
+# as Lightning 2.4 (which lets dynamo into self.log) words them, from a real run on 2.4.0
+TORCHMETRICS_GUARD = (
+    "12/1: name == 'value'  # setattr(self, name, default)  # torchmetrics/metric.py:280 in add_state"
+)
+PARTIAL_BREAK = (
+    "Unsupported method call Explanation: Dynamo does not know how to trace method `__setstate__` of class "
+    "`partial`"
+)
+
+
+def test_breaks_and_recompiles_inside_lightnings_logging_are_told_apart_from_the_models():
+    comp = compiled(
+        [TORCHMETRICS_GUARD, TORCHMETRICS_GUARD],
+        graphs=12,
+        graph_breaks=10,
+        break_reasons={PARTIAL_BREAK: 10},
+        break_sites={
+            "torch_dynamo_resume_in_add_state_at_282": 2,
+            "torch_dynamo_resume_in_training_step_at_17": 1,
+        },
+        lightning_sites=["torch_dynamo_resume_in_add_state_at_282"],
+    )
+    for event in comp.events[1:]:
+        event.in_lightning = True  # compiled from torchmetrics/metric.py
+    summary = summary_with(comp, wall_s=0.5)  # compiling is most of this short run
+
+    breaks = graph_breaks(summary, None)
+    assert breaks.severity == "low" and breaks.title.endswith("in Lightning's own logging")
+    assert "1 of the 2 places" in breaks.evidence and "add_state, line 282" in breaks.evidence
+    assert "lightning>=2.5" in breaks.recommendation
+    recompiles = recompilation(summary, None)  # not the model's: no "high", no fix for the model
+    assert recompiles.severity == "low" and "0 after warm-up" in recompiles.evidence
+    assert "Lightning's own logging" in recompiles.evidence and recompiles.settings_change == {}
+    # the same guard in the model's own code is the model's
+    for event in comp.events[1:]:
+        event.in_lightning = False
+    assert recompilation(summary, None).severity == "high"
+
+
 def test_the_compile_section_round_trips_and_older_summaries_still_load():
     summary = summary_with(compiled([SIZE], recompile_limit_hit=True, graphs=2, graph_breaks=0))
     summary.findings = diagnose(summary)

@@ -14,8 +14,11 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.collect.compile_events import in_lightning
 from tests.helpers import FEATURES, trainer
 
+# Lightning 2.5 keeps self.log out of the compiled graph; before, dynamo traces (and breaks in) Lightning's logging
+LOG_IS_TRACED = tuple(int(part) for part in L.__version__.split(".")[:2]) < (2, 5)
 QUIET = dict(utilization=False, probe_num_workers="never", ab_cudnn_benchmark=False, enable_profiler=False)
 # ten batch sizes: with dynamic=False dynamo recompiles for each until its recompile limit (8)
 MANY_SIZES = [4, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14] * 2
@@ -187,8 +190,13 @@ def test_an_everyday_compiled_fit_with_validation_is_not_blamed_for_lightnings_o
 
     comp = summary.compile
     assert comp.recompiles >= 1 and {e.stage for e in comp.events} >= {"train", "validation"}
-    assert comp.graph_breaks >= 1  # self.log is torch.compiler.disable'd in Lightning
-    assert by_id(summary, "graph_breaks") is None
+    assert comp.graph_breaks >= 1
+    breaks = by_id(summary, "graph_breaks")
+    if LOG_IS_TRACED:  # Lightning < 2.5 lets dynamo into self.log: the finding names Lightning, not the model
+        assert comp.lightning_sites and breaks.severity == "low" and "Lightning's own logging" in breaks.title
+        assert "lightning>=2.5" in breaks.recommendation
+    else:  # self.log is torch.compiler.disable'd in Lightning
+        assert breaks is None
     recompilation = by_id(summary, "recompilation")  # train/eval switches only: warm-up, at most a low note
     assert recompilation is None or (
         recompilation.severity == "low" and "0 after warm-up" in recompilation.evidence
@@ -235,7 +243,16 @@ def test_inductor_compile_time_with_its_lazy_backward_is_kept_apart(tmp_path):
 
     comp = summary.compile
     assert (comp.compiles, comp.recompiles, comp.steps_excluded) == (2, 1, 1)
-    assert comp.longest_s == comp.events[0].duration_s and comp.longest_s > 1.0
+    # (inductor's caches may make a repeat compile fast: compared with the steps, not with a fixed time)
+    assert comp.longest_s == comp.events[0].duration_s > summary.timing.step_time_ms.max / 1e3
     assert summary.timing.steps == 5 - 1 - 1  # the epoch's first batch and the recompiled last one
     assert summary.timing.step_time_ms.max < comp.events[1].duration_s * 1e3
     assert by_id(summary, "recompilation").settings_change == {"drop_last": True}
+
+
+def test_code_is_lightnings_by_the_package_its_file_lies_in():
+    site = "/venv/lib/python3.11/site-packages"
+    for package in ("lightning/pytorch/core", "torchmetrics", "lightning_utilities/core", "pytorch_lightning"):
+        assert in_lightning(f"{site}/{package}/module.py")
+    for path in ("/home/me/project/model.py", "/home/me/lightning_app.py", f"{site}/torch/nn/modules.py", None):
+        assert not in_lightning(path)

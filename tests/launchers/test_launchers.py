@@ -149,7 +149,10 @@ def test_sigterm_to_every_rank_then_a_resumed_run_continues_the_schedule(tmp_pat
     codes = run(ddp_job(second, "--resume", checkpoint, "--max-steps", str(resumed_at + 8)))
     assert codes == [0]
     summary = RunSummary.load(log_dir(second))
-    assert summary.status == "finished" and summary.timing.steps == 8
+    # 8 batches ran; Lightning < 2.5 restarts the (non-resumable) loader as a new epoch, whose first batch is an
+    # epoch start and not a timed step
+    timed = 7 if tuple(int(p) for p in L.__version__.split(".")[:2]) < (2, 5) else 8
+    assert summary.status == "finished" and summary.timing.steps == timed
     expected = [s for s in range(resumed_at, resumed_at + 8) if SCHEDULE.action(s).name.startswith("RECORD")]
     for rank, ran in rank_summaries(second).items():
         assert [s for t in ran.traces for s in t.steps] == expected, f"rank {rank}"

@@ -121,6 +121,7 @@ def test_cli_trial_runs_each_variant_as_its_own_run_and_compares_them(workdir, c
     assert "--name" in capsys.readouterr().err
 
 
+@pytest.mark.once  # statistics and rounds, timed by sleeps: the same on every Lightning
 def test_failed_variants_are_reported_and_the_others_still_run_and_are_compared(workdir, capsys):
     code = trial(
         "--format",

@@ -36,6 +36,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.once  # statistics and rounds, timed by sleeps: the same on every Lightning
 def test_two_workers_against_none_are_called_faster_with_an_interval_above_one(workdir, capsys):
     png = workdir / "trial.png"
     argv = ["trial", "--config", "exp.yaml", "--steps", str(STEPS), "--repeats", "3", "--png", str(png)]

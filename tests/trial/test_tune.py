@@ -58,6 +58,7 @@ def tune(*argv: str) -> int:
         return int(exit_.code or 0)
 
 
+@pytest.mark.once  # statistics and rounds, timed by sleeps: the same on every Lightning
 def test_an_input_bound_config_tunes_to_more_workers_with_a_failing_candidate_reported(project):
     before = write(project / "exp.yaml", INPUT_BOUND)
     result = run_tune(
@@ -163,6 +164,7 @@ def test_a_budget_too_small_for_any_verdict_says_so_and_leaves_no_process(projec
     ]
 
 
+@pytest.mark.once  # signals and process groups: the same on every Lightning
 def test_ctrl_c_keeps_the_rounds_done_and_leaves_no_process(project):
     write(project / "exp.yaml", INPUT_BOUND)
     proc = subprocess.Popen(

@@ -43,7 +43,7 @@ _LIGHTNING_BREAKS = ("_ResultCollection", "lightning")
 class Cause:
     """What one recompile's guard says, in the rule's terms."""
 
-    kind: str  # "size", "int_attribute", "mode" or "other"
+    kind: str  # "size", "int_attribute", "mode", "lightning" (a guard in Lightning's own code) or "other"
     text: str  # the guard, without dynamo's "0/3: " prefix
     tensor: str | None = None
     dim: int | None = None
@@ -63,6 +63,21 @@ def cause_of(reason: str) -> Cause:
     if attribute or "integer attributes of the nn.Module" in text:
         return Cause("int_attribute", text, tensor=attribute.group(1) if attribute else None)
     return Cause("other", text)
+
+
+# recompiles the model's code cannot avoid: a new mode compiles once; Lightning's own code is not the model's
+_UNAVOIDABLE = ("mode", "lightning")
+_LIGHTNING_LOGGING_FIX = (
+    "Upgrade to `lightning>=2.5`, which keeps `self.log` out of the compiled graph, or compile the network rather "
+    "than the LightningModule (`self.net = torch.compile(self.net)`), so that logging runs eagerly."
+)
+
+
+def _cause_of_event(event: CompileEvent) -> Cause:
+    cause = cause_of(event.recompile_reason or "")
+    if event.in_lightning and cause.kind != "mode":
+        return Cause("lightning", cause.text)
+    return cause
 
 
 def _last_of_epoch(event: CompileEvent, per_epoch: Any) -> bool | None:
@@ -133,8 +148,8 @@ def recompilation(summary: RunSummary, verdict: str | None) -> Finding | None:
     if comp is None or not comp.recompiles and not comp.recompile_limit_hit:
         return None
     events = [e for e in comp.events if e.recompile_reason and e.failure is None]
-    causes = [cause_of(e.recompile_reason or "") for e in events]
-    avoidable = [(e, c) for e, c in zip(events, causes, strict=True) if c.kind != "mode"]
+    causes = [_cause_of_event(e) for e in events]
+    avoidable = [(e, c) for e, c in zip(events, causes, strict=True) if c.kind not in _UNAVOIDABLE]
     recompile_s = sum(e.duration_s for e in events)
     share = share_pct(recompile_s, summary.timing.train_wall_s)
     costly = share is not None and share >= COMPILE_SHARE_PCT
@@ -142,6 +157,12 @@ def recompilation(summary: RunSummary, verdict: str | None) -> Finding | None:
         return None
     if avoidable:
         what, fix, change = _fix([c for _, c in avoidable], [e for e, _ in avoidable], summary)
+    elif any(c.kind == "lightning" for c in causes):  # Lightning < 2.5 traces self.log into the step
+        what = (
+            "guards in Lightning's own logging code (this Lightning lets torch.compile trace `self.log`) and mode "
+            "switches (training/evaluation)"
+        )
+        fix, change = _LIGHTNING_LOGGING_FIX, {}
     else:  # only mode switches (train/eval, Lightning's logging): each compiles once per process
         what = "the code switches modes (training/evaluation, Lightning's trainer state); each mode compiles once"
         fix = (
@@ -204,6 +225,8 @@ def graph_breaks(summary: RunSummary, verdict: str | None) -> Finding | None:
     own = {r: n for r, n in comp.break_reasons.items() if not _lightning_break(r)}
     if not own:
         return None  # only Lightning's self.log (torch.compiler.disable): by design, nothing for the model to fix
+    if comp.lightning_sites:  # breaks for other reasons inside Lightning's code: its logging was traced
+        return _breaks_in_lightning(comp)
     reasons = "; ".join(f"`{r}` ({n}x)" for r, n in list(own.items())[:3])
     where = sites_text(comp.break_sites)
     graphs = comp.graphs or 0
@@ -224,4 +247,22 @@ def graph_breaks(summary: RunSummary, verdict: str | None) -> Finding | None:
             "on tensor values) or move it out of `forward`; `torch.compile(model, fullgraph=True)` turns every "
             "break into an error that shows where it is."
         ),
+    )
+
+
+def _breaks_in_lightning(comp: CompileSummary) -> Finding:
+    """Breaks inside Lightning's own code: a Lightning (< 2.5) that lets dynamo trace ``self.log``. The model's
+    code is not at fault; where it calls ``self.log`` it breaks too."""
+    sites = [describe_site(site) for site in comp.lightning_sites]
+    shown = "; ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+    return Finding(
+        id="graph_breaks",
+        severity="low",
+        title="torch.compile graph breaks in Lightning's own logging",
+        evidence=(
+            f"{comp.graph_breaks} graph break(s) split the compiled code into {comp.graphs or 0} graphs; "
+            f"{len(sites)} of the {len(comp.break_sites)} places where tracing resumed lie in Lightning's code "
+            f"({shown}): this Lightning traces `self.log` into the compiled step."
+        ),
+        recommendation=_LIGHTNING_LOGGING_FIX,
     )
