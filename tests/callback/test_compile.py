@@ -252,7 +252,17 @@ def test_inductor_compile_time_with_its_lazy_backward_is_kept_apart(tmp_path):
 
 def test_code_is_lightnings_by_the_package_its_file_lies_in():
     site = "/venv/lib/python3.11/site-packages"
-    for package in ("lightning/pytorch/core", "torchmetrics", "lightning_utilities/core", "pytorch_lightning"):
+    for package in (
+        "lightning/pytorch/core",
+        "torchmetrics",
+        "lightning_utilities/core",
+        "pytorch_lightning",
+    ):
         assert in_lightning(f"{site}/{package}/module.py")
-    for path in ("/home/me/project/model.py", "/home/me/lightning_app.py", f"{site}/torch/nn/modules.py", None):
+    for path in (
+        "/home/me/project/model.py",
+        "/home/me/lightning_app.py",
+        f"{site}/torch/nn/modules.py",
+        None,
+    ):
         assert not in_lightning(path)
