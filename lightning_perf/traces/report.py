@@ -74,7 +74,10 @@ def is_trace_file(path: str) -> bool:
             gz = fh.read(2) == GZIP_MAGIC
         opener = gzip.open if gz else open
         with opener(path, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-            while len(head) < SNIFF_CHARS and (chunk := fh.read(_SNIFF_CHUNK)):
+            # stop at the key: a folder of a thousand ranks is sniffed before the pool starts
+            while (
+                len(head) < SNIFF_CHARS and '"traceEvents"' not in head and (chunk := fh.read(_SNIFF_CHUNK))
+            ):
                 head += chunk
     except (OSError, EOFError, zlib.error):
         pass  # a truncated file still shows its start
