@@ -39,11 +39,13 @@ lint: venv
 test: lint
 	$(BIN)/python -m pytest
 
-# the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6;
-# tests marked `once` (~3 minutes of timed rounds that do not depend on Lightning's version) run only in `make test`
+# the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6.
+# Only `make test` runs what cannot change with Lightning's version: the pure stages (analysis, traces, the
+# import architecture) and the long tests marked `once` (timed trial/tune rounds, a Ctrl-C): ~5 minutes a version
+ONLY_ONCE = --ignore=tests/analysis --ignore=tests/traces --ignore=tests/test_architecture.py -m "not once"
 test-lightning: venv
 	$(BIN)/pip install --quiet --no-deps lightning==$(V) pytorch-lightning==$(V)
-	$(BIN)/python -m pytest -q -m "not once"
+	$(BIN)/python -m pytest -q $(ONLY_ONCE)
 	$(BIN)/pip install --quiet --no-deps lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
 
 print-lightning:

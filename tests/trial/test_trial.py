@@ -56,6 +56,7 @@ def trial(*argv: str) -> int:
         return int(exit_.code or 0)
 
 
+@pytest.mark.once  # rounds of real fits; the CLI parsing they share is tested on every Lightning
 def test_cli_trial_runs_each_variant_as_its_own_run_and_compares_them(workdir, capsys):
     config = yaml.safe_load((workdir / "exp.yaml").read_text())
     config["trainer"]["callbacks"] = [

@@ -63,6 +63,7 @@ def test_run_trial_two_variants_three_rounds_interleaves_and_reports_intervals(t
     )
 
 
+@pytest.mark.once  # rounds of real fits; the CLI parsing they share is tested on every Lightning
 def test_trial_takes_a_plain_config_of_a_cli_with_fixed_classes(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
