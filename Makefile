@@ -36,8 +36,9 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# PYTHONFAULTHANDLER: a test process (or a rank it spawns) that dies of a signal prints every thread's stack
 test: lint
-	$(BIN)/python -m pytest
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest
 
 # the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6.
 # Only `make test` runs what cannot change with Lightning's version: the pure stages (analysis, traces, the
@@ -45,7 +46,7 @@ test: lint
 ONLY_ONCE = --ignore=tests/analysis --ignore=tests/traces --ignore=tests/test_architecture.py -m "not once"
 test-lightning: venv
 	$(BIN)/pip install --quiet --no-deps lightning==$(V) pytorch-lightning==$(V)
-	$(BIN)/python -m pytest -q $(ONLY_ONCE)
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q $(ONLY_ONCE)
 	$(BIN)/pip install --quiet --no-deps lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
 
 print-lightning:
