@@ -254,3 +254,8 @@ def assert_valid_speedscope(doc: dict) -> int:
         assert not stack, "every opened frame is closed"
         assert last <= profile["endValue"]
     return opened
+
+
+def lightning_before(major: int, minor: int) -> bool:
+    """Whether the installed Lightning is older than ``major.minor`` (the suite runs on several)."""
+    return tuple(int(part) for part in L.__version__.split(".")[:2]) < (major, minor)

@@ -15,10 +15,10 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.collect.compile_events import in_lightning
-from tests.helpers import FEATURES, trainer
+from tests.helpers import FEATURES, lightning_before, trainer
 
 # Lightning 2.5 keeps self.log out of the compiled graph; before, dynamo traces (and breaks in) Lightning's logging
-LOG_IS_TRACED = tuple(int(part) for part in L.__version__.split(".")[:2]) < (2, 5)
+LOG_IS_TRACED = lightning_before(2, 5)
 QUIET = dict(utilization=False, probe_num_workers="never", ab_cudnn_benchmark=False, enable_profiler=False)
 # ten batch sizes: with dynamic=False dynamo recompiles for each until its recompile limit (8)
 MANY_SIZES = [4, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14] * 2

@@ -15,7 +15,7 @@ import torch
 
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.schedule import ProfileSchedule
-from tests.helpers import load_trace, step_spans, trace_files
+from tests.helpers import lightning_before, load_trace, step_spans, trace_files
 from tests.launchers.procs import ddp_job, torchrun_job
 
 # the fit script's schedule: a cycle of 4 batches from batch 2, recording 2 of them, cycle after cycle
@@ -151,7 +151,7 @@ def test_sigterm_to_every_rank_then_a_resumed_run_continues_the_schedule(tmp_pat
     summary = RunSummary.load(log_dir(second))
     # 8 batches ran; Lightning < 2.5 restarts the (non-resumable) loader as a new epoch, whose first batch is an
     # epoch start and not a timed step
-    timed = 7 if tuple(int(p) for p in L.__version__.split(".")[:2]) < (2, 5) else 8
+    timed = 7 if lightning_before(2, 5) else 8
     assert summary.status == "finished" and summary.timing.steps == timed
     expected = [s for s in range(resumed_at, resumed_at + 8) if SCHEDULE.action(s).name.startswith("RECORD")]
     for rank, ran in rank_summaries(second).items():
