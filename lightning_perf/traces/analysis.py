@@ -28,13 +28,16 @@ from lightning_perf.traces.breakdown import (
     StepBreakdown,
     step_breakdown,
 )
+from lightning_perf.traces.columns import columns_of
 from lightning_perf.traces.intervals import (
     Ranges,
+    intersect,
     intersect_ranges,
     merge_ranges,
     ranges_length,
     subtract_ranges,
 )
+from lightning_perf.traces.intervals import window as intervals_window
 from lightning_perf.traces.reader import USER_ANNOTATION_CAT
 from lightning_perf.traces.spans import (
     KERNEL_CATS,
@@ -45,7 +48,6 @@ from lightning_perf.traces.spans import (
     Span,
     StepSpan,
     as_spans,
-    is_step,
     load_trace,
     span_of,
     step_spans,
@@ -82,26 +84,22 @@ def kernel_busy_pct(
     "GPU Utilization". Kernel intervals are merged (overlaps count once) and clipped to the window, which
     defaults to the first ProfilerStep# start .. the last ProfilerStep# end (the span of all complete events
     when there is no step). None when there are no kernel events."""
-    spans = as_spans(events)
-    kernels: Ranges = [s[2:4] for s in spans if s.cat in KERNEL_CATS]  # (start, end)
-    if not kernels:
+    cols = columns_of(events)
+    kernels = cols.in_cats(KERNEL_CATS)
+    if not kernels.any():
         return None
     if window is None:
-        steps = [
-            s
-            for s in spans
-            if s.name.startswith(PROFILER_STEP_PREFIX) and s.cat not in KERNEL_CATS and is_step(s)
-        ]
-        if steps:
-            window = (min(s.start for s in steps), max(s.end for s in steps))
-        else:  # the extent of all spans: two more passes, only for a trace without steps
-            window = (min(map(_START, spans)), max(map(_END, spans)))
+        steps = ~kernels & cols.where(
+            lambda cat, name: name.startswith(PROFILER_STEP_PREFIX) and not cat.startswith("gpu_")
+        )
+        chosen = steps if steps.any() else slice(None)  # the extent of all spans, for a trace without steps
+        window = (float(cols.start[chosen].min()), float(cols.end[chosen].max()))
         if not window[1] > window[0]:
             return None  # the trace spans no time (zero-length events only): no share to give
     start, end = window
     if not end > start:
         raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
-    busy = ranges_length(intersect_ranges(merge_ranges(kernels), [(start, end)]))
+    busy = intersect(cols.merged(kernels), intervals_window(start, end)).length()
     return 100.0 * busy / (end - start)
 
 

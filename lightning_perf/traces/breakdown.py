@@ -1,6 +1,6 @@
 """torch-tb-profiler's Overview step breakdown: each ProfilerStep's time split into categories.
 
-See :func:`step_breakdown`. Standard library only. Times are in microseconds, as in the trace.
+See :func:`step_breakdown`. Standard library and numpy. Times are in microseconds, as in the trace.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_perf.traces.intervals import (
-    Ranges,
-    clipped_length,
-    intersect_ranges,
-    merge_ranges,
-    subtract_ranges,
-)
+import numpy as np
+
+from lightning_perf.traces.columns import columns_of
+from lightning_perf.traces.intervals import Intervals, clipped_lengths, intersect, merge, subtract
 from lightning_perf.traces.reader import USER_ANNOTATION_CAT, is_dataloader_span
 from lightning_perf.traces.spans import (
     COMMUNICATION_OP_NAMES,
@@ -26,10 +23,9 @@ from lightning_perf.traces.spans import (
     MEMCPY_CATS,
     MEMSET_CATS,
     OPERATOR_CATS,
+    PROFILER_STEP_PREFIX,
     RUNTIME_CATS,
     Span,
-    as_spans,
-    is_step,
     step_number,
 )
 
@@ -59,8 +55,8 @@ _KERNEL, _MEMCPY, _MEMSET, _RUNTIME, _DATALOADER, _STEP, _COMM_OP, _CPU_EXEC, _N
 _KIND_COUNT = 18
 
 
-def _kind_of(span: Span) -> int:
-    cat, name = span.cat, span.name
+def _kind_of(cat: str, name: str) -> int:
+    step = name.startswith(PROFILER_STEP_PREFIX) and not cat.startswith("gpu_")  # is_step()
     if cat in KERNEL_CATS:
         kind = _KERNEL
     elif cat in MEMCPY_CATS:
@@ -71,7 +67,7 @@ def _kind_of(span: Span) -> int:
         kind = _RUNTIME
     elif is_dataloader_span(name) and not cat.startswith("gpu_"):
         kind = _DATALOADER
-    elif is_step(span):
+    elif step:
         kind = _STEP
     elif name in COMMUNICATION_OP_NAMES and (cat in OPERATOR_CATS or cat == USER_ANNOTATION_CAT):
         kind = _COMM_OP
@@ -79,7 +75,7 @@ def _kind_of(span: Span) -> int:
         kind = _CPU_EXEC
     else:
         kind = _NOTHING
-    return kind + (cat in OPERATOR_CATS or is_step(span))
+    return kind + (cat in OPERATOR_CATS or step)
 
 
 @dataclass
@@ -127,68 +123,62 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
     Other user_annotation spans (record_function ranges) are not CPU Exec, as in the plugin: only the
     operators inside them are.
     """
-    # the spans grouped by what they are, which depends on (category, name) only: a few hundred pairs decided
-    # once each, then one dictionary look-up per span
-    # (category -> name -> kind: no key tuple made per span)
-    kinds: dict[str, dict[str, int]] = defaultdict(dict)
-    groups: list[list[Span]] = [[] for _ in range(_KIND_COUNT)]
-    for span in as_spans(events):
-        by_name = kinds[span[1]]
-        kind = by_name.get(span[0])
-        if kind is None:
-            kind = by_name[span[0]] = _kind_of(span)
-        groups[kind].append(span)
+    # what each span is depends on (category, name) only: a few hundred pairs, each decided once
+    cols = columns_of(events)
+    kind = cols.classify(_kind_of)
+    what = kind & ~1  # without the host-extent flag
 
-    def group(what: int) -> list[Span]:
-        return groups[what] + groups[what + 1]  # without and with the host-extent flag
+    def group(code: int) -> list[Span]:
+        return cols.picked(kind == code) + cols.picked(kind == code + 1)  # without and with the flag
 
-    kernels, runtimes = group(_KERNEL), group(_RUNTIME)
-    device = kernels + group(_MEMCPY) + group(_MEMSET)
-    roles: dict[str, Ranges] = {
-        role: [(s.start, s.end) for s in group(what)]
-        for role, what in (
-            ("memcpy", _MEMCPY),
-            ("memset", _MEMSET),
-            ("runtime", _RUNTIME),
-            ("dataloader", _DATALOADER),
-            ("communication", _COMM_OP),
-            ("cpu_exec", _CPU_EXEC),
+    kernels = what == _KERNEL
+    comm_ops = what == _COMM_OP
+    comm_ids = {e for e in cols.external_id[comm_ops].tolist() if e is not None}
+    # kernels of a collective: linked to a nccl:* / gloo:* operator, or named nccl...
+    comm_kernels = kernels & cols.where_name(lambda name: name.lower().startswith("nccl"))
+    if comm_ids:
+        linked = np.flatnonzero(kernels)
+        comm_kernels[linked] |= [e in comm_ids for e in cols.external_id[linked].tolist()]
+    roles: dict[str, Intervals] = {
+        role: cols.merged(mask)
+        for role, mask in (
+            ("kernel", kernels & ~comm_kernels),
+            ("memcpy", what == _MEMCPY),
+            ("memset", what == _MEMSET),
+            ("runtime", what == _RUNTIME),
+            ("dataloader", what == _DATALOADER),
+            ("communication", comm_ops | comm_kernels),
+            ("cpu_exec", what == _CPU_EXEC),
         )
     }
-    comm_ids = {s.external_id for s in group(_COMM_OP) if s.external_id is not None}
     steps: list[tuple[int | None, float, float]] = [
         (step_number(s.name), s.start, s.end) for s in group(_STEP)
     ]
-    host = [s for what in range(1, _KIND_COUNT, 2) for s in groups[what]]  # operators and steps
-    cpu_lo = min((s.start for s in host), default=math.inf)
-    cpu_hi = max((s.end for s in host), default=-math.inf)
-    nccl_names: dict[str, bool] = {}
-    roles["kernel"] = []
-    for k in kernels:
-        nccl = nccl_names.get(k.name)
-        if nccl is None:
-            nccl = nccl_names[k.name] = k.name.lower().startswith("nccl")
-        comm = (k.external_id is not None and k.external_id in comm_ids) or nccl
-        roles["communication" if comm else "kernel"].append((k.start, k.end))
-
     steps.sort(key=lambda s: s[1])
-    if not steps and cpu_lo < cpu_hi:
-        steps = [(None, cpu_lo, cpu_hi)]
+    host = (kind & 1) == 1  # operators and steps
+    if not steps and host.any():
+        cpu_lo, cpu_hi = float(cols.start[host].min()), float(cols.end[host].max())
+        if cpu_lo < cpu_hi:
+            steps = [(None, cpu_lo, cpu_hi)]
     result = Breakdown()
     if not steps:
         return result
-    steps, result.device_aligned, result.dropped_tail_steps = _align_steps_to_device(steps, runtimes, device)
+    device = group(_KERNEL) + group(_MEMCPY) + group(_MEMSET)
+    steps, result.device_aligned, result.dropped_tail_steps = _align_steps_to_device(
+        steps, group(_RUNTIME), device
+    )
 
-    slots = merge_ranges((start, end) for _, start, end in steps)
-    attributed: dict[str, Ranges] = {}
+    starts = np.array([start for _, start, _ in steps], dtype=np.float64)
+    ends = np.array([end for _, _, end in steps], dtype=np.float64)
+    slots = merge(starts, ends)
+    attributed: dict[str, Intervals] = {}
     for role in _PRIORITY:
-        attributed[role] = intersect_ranges(slots, merge_ranges(roles[role]))
-        slots = subtract_ranges(slots, attributed[role])
+        attributed[role] = intersect(slots, roles[role])
+        slots = subtract(slots, attributed[role])
     attributed["other"] = slots
-    starts = {role: [r[0] for r in ranges] for role, ranges in attributed.items()}
-    for number, start, end in steps:
-        costs = {c: clipped_length(attributed[c], starts[c], start, end) for c in CATEGORIES}
-        result.steps.append(StepBreakdown(number, start, end, costs))
+    costs = {c: clipped_lengths(attributed[c], starts, ends) for c in CATEGORIES}
+    for i, (number, start, end) in enumerate(steps):
+        result.steps.append(StepBreakdown(number, start, end, {c: costs[c][i] for c in CATEGORIES}))
     return result
 
 

@@ -6,7 +6,7 @@ timeline (HolisticTraceAnalysis), kernels per step and their durations, communic
 compute overlaps, blocking runtime calls with the operator that issued them, copies by kind and memory,
 tensor-core use, and the allocator's growth per step.
 
-Standard library only. Times in the trace are microseconds; the figures are per step in milliseconds.
+Standard library and numpy. Times in the trace are microseconds; the figures are per step in milliseconds.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from lightning_perf.analysis.numbers import BYTES_PER_GB, BYTES_PER_MB
 from lightning_perf.analysis.trace_figures import BlockingCall, MemcpyKind, TraceFigures
 from lightning_perf.traces.breakdown import CATEGORIES, Breakdown, step_breakdown
+from lightning_perf.traces.columns import SpanColumns, columns_of
 from lightning_perf.traces.gpu_timeline import (
-    GPU_CATS,
     busy_pct,
     exposed_communication_us,
     gpu_timeline,
@@ -32,19 +34,12 @@ from lightning_perf.traces.gpu_timeline import (
 )
 from lightning_perf.traces.host_calls import (
     blocking_calls,
-    copy_names_by_correlation,
+    blocking_mask,
     in_host_steps,
-    is_blocking,
     is_launch,
     issuing_operators,
 )
-from lightning_perf.traces.intervals import (
-    Ranges,
-    intersect_ranges,
-    merge_ranges,
-    ranges_length,
-    subtract_ranges,
-)
+from lightning_perf.traces.intervals import Intervals, intersect, subtract
 from lightning_perf.traces.reader import is_dataloader_span
 from lightning_perf.traces.spans import (
     KERNEL_CATS,
@@ -113,27 +108,26 @@ def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> Tr
     figures.breakdown_pct = {c: 100.0 * average[c] / average["total"] for c in CATEGORIES}
     figures.dataloader_pct = figures.breakdown_pct["dataloader"]
     figures.steps_ms = [{c: s.categories[c] / _US_PER_MS for c in CATEGORIES} for s in breakdown.steps]
-    # the GPU activities and runtime calls apart once: most figures read only these (a fifth of the events)
-    gpu = [s for s in spans if s.cat in GPU_CATS]
-    gpu_and_runtime = gpu + [s for s in spans if s.cat in RUNTIME_CATS]
-    timeline = gpu_timeline(gpu_and_runtime, host_steps)
+    # every figure reads the whole span list through its columns (made once): the GPU activities and runtime
+    # calls are picked out by category inside each
+    timeline = gpu_timeline(spans, host_steps)
     if timeline is None:
         return figures
     figures.idle_pct, figures.compute_pct = timeline.idle_pct, timeline.compute_pct
     figures.non_compute_pct = timeline.non_compute_pct
-    figures.kernel_busy_pct = busy_pct(gpu, window)
-    figures.compute_busy_pct = busy_pct(gpu, window, compute_only=True)
-    idle = idle_ranges(gpu, window)
-    figures.step_idle_pct = 100.0 * ranges_length(idle) / (window[1] - window[0])
+    figures.kernel_busy_pct = busy_pct(spans, window)
+    figures.compute_busy_pct = busy_pct(spans, window, compute_only=True)
+    idle = idle_ranges(spans, window)
+    figures.step_idle_pct = 100.0 * idle.length() / (window[1] - window[0])
     issuers = issuing_operators(spans)
-    figures.host_during_idle_pct = _host_during_idle(spans, idle, issuers)
-    _kernels(figures, gpu, window, n)
-    _host(figures, gpu_and_runtime, host_steps, n, issuers)
-    comm, exposed = exposed_communication_us(gpu, window)
+    figures.host_during_idle_pct = _host_during_idle(spans, idle)
+    _kernels(figures, spans, window, n)
+    _host(figures, spans, host_steps, n, issuers)
+    comm, exposed = exposed_communication_us(spans, window)
     figures.communication_ms_per_step = comm / n / _US_PER_MS
     figures.exposed_communication_ms_per_step = exposed / n / _US_PER_MS
-    _copies(figures, gpu, window, n)
-    _tensor_cores(figures, gpu_and_runtime, window, issuers)
+    _copies(figures, spans, window, n)
+    _tensor_cores(figures, spans, window, issuers)
     _memory(figures, parsed, steps)
     return figures
 
@@ -152,12 +146,18 @@ def _device(figures: TraceFigures, parsed: ParsedTrace) -> None:
         figures.memory_capacity_gb = total / BYTES_PER_GB
 
 
-def _inside(span: Span, window: tuple[float, float]) -> bool:
-    return window[0] <= span.start < window[1]
+def _inside(cols: SpanColumns, window: tuple[float, float]) -> np.ndarray:
+    """Mask of the spans that start inside ``window``."""
+    return (cols.start >= window[0]) & (cols.start < window[1])
+
+
+def _durations(cols: SpanColumns, mask: np.ndarray) -> list[float]:
+    return (cols.end[mask] - cols.start[mask]).tolist()
 
 
 def _kernels(figures: TraceFigures, spans: Sequence[Span], window: tuple[float, float], n: int) -> None:
-    durations = sorted(s.end - s.start for s in spans if s.cat in KERNEL_CATS and _inside(s, window))
+    cols = columns_of(spans)
+    durations = sorted(_durations(cols, cols.in_cats(KERNEL_CATS) & _inside(cols, window)))
     if not durations:
         return
     total = sum(durations)
@@ -176,14 +176,10 @@ def _host(
     n: int,
     issuers: dict[int, Any],
 ) -> None:
-    starts = [s.start for s in host_steps]
-    launches = [
-        s
-        for s in spans
-        if s.cat in RUNTIME_CATS and is_launch(s.name) and in_host_steps(s, host_steps, starts)
-    ]
-    figures.launches_per_step = len(launches) / n
-    figures.launch_ms_per_step = sum(s.end - s.start for s in launches) / n / _US_PER_MS
+    cols = columns_of(spans)
+    launches = cols.in_cats(RUNTIME_CATS) & cols.where_name(is_launch) & in_host_steps(cols, host_steps)
+    figures.launches_per_step = int(launches.sum()) / n
+    figures.launch_ms_per_step = sum(_durations(cols, launches)) / n / _US_PER_MS
     blocking = blocking_calls(spans, host_steps, issuers)
     figures.blocking = [
         BlockingCall(b.name, b.operator, b.calls, b.total_us / n / _US_PER_MS) for b in blocking
@@ -191,54 +187,54 @@ def _host(
     figures.blocking_ms_per_step = sum(b.ms_per_step for b in figures.blocking)
 
 
-def _host_during_idle(spans: Sequence[Span], idle: Ranges, issuers: dict[int, Any]) -> dict[str, float]:
+# The host's activities while the GPU idles, in the order a moment of idle time is given to the first that applies.
+_HOST_KINDS = ("blocking call", "DataLoader", "runtime call", "CPU operators")
+
+
+def _host_during_idle(spans: Sequence[Span], idle: Intervals) -> dict[str, float]:
     """Share of the GPU's idle time in which the host was in each activity, the first that applies in the order
     blocking call, DataLoader, kernel launch or other runtime call, CPU operator; else "other"."""
-    total = ranges_length(idle)
+    total = idle.length()
     if total <= 0:
         return {}
-    copies = copy_names_by_correlation(spans)
-    kinds: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    # category -> name -> kind: decided once per pair, looked up without making a key tuple per span
-    host_kind: dict[str, dict[str, str | None]] = defaultdict(dict)
-    for s in spans:
-        cat = s[1]
-        if cat in RUNTIME_CATS:
-            kinds["blocking call" if is_blocking(s, copies.get(s.correlation)) else "runtime call"].append(
-                (s.start, s.end)
-            )
-            continue
-        by_name = host_kind[cat]
-        kind = by_name.get(s[0], False)
-        if kind is False:
-            kind = by_name[s[0]] = _host_kind(s)
-        if kind is not None:
-            kinds[kind].append(s[2:4])  # (start, end): Span's fields are (name, cat, start, end, ...)
+    cols = columns_of(spans)
+    runtime = cols.in_cats(RUNTIME_CATS)
+    blocking = runtime & blocking_mask(cols)
+    kind = cols.classify(_host_kind)
+    kinds = {
+        "blocking call": blocking,
+        "DataLoader": ~runtime & (kind == _DATALOADER),
+        "runtime call": runtime & ~blocking,
+        "CPU operators": ~runtime & (kind == _CPU_OPERATOR),
+    }
     shares: dict[str, float] = {}
     rest = idle
-    for kind in ("blocking call", "DataLoader", "runtime call", "CPU operators"):
-        covered = intersect_ranges(rest, merge_ranges(kinds[kind]))
-        shares[kind] = 100.0 * ranges_length(covered) / total
-        rest = subtract_ranges(rest, covered)
-    shares["other"] = 100.0 * ranges_length(rest) / total
+    for name in _HOST_KINDS:
+        covered = intersect(rest, cols.merged(kinds[name]))
+        shares[name] = 100.0 * covered.length() / total
+        rest = subtract(rest, covered)
+    shares["other"] = 100.0 * rest.length() / total
     return shares
 
 
-def _host_kind(span: Span) -> str | None:
-    if is_dataloader_span(span.name) and not span.cat.startswith("gpu_"):
-        return "DataLoader"
-    if span.cat in OPERATOR_CATS and not span.name.startswith("ProfilerStep#"):
-        return "CPU operators"
-    return None
+_OTHER, _DATALOADER, _CPU_OPERATOR = range(3)
+
+
+def _host_kind(cat: str, name: str) -> int:
+    if is_dataloader_span(name) and not cat.startswith("gpu_"):
+        return _DATALOADER
+    if cat in OPERATOR_CATS and not name.startswith("ProfilerStep#"):
+        return _CPU_OPERATOR
+    return _OTHER
 
 
 def _copies(figures: TraceFigures, spans: Sequence[Span], window: tuple[float, float], n: int) -> None:
+    cols = columns_of(spans)
     kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for s in spans:
-        if s.cat in MEMCPY_CATS and _inside(s, window):
-            entry = kinds[s.name.removeprefix("Memcpy ")]
-            entry[0] += 1
-            entry[1] += s.end - s.start
+    for s in cols.picked(cols.in_cats(MEMCPY_CATS) & _inside(cols, window)):
+        entry = kinds[s.name.removeprefix("Memcpy ")]
+        entry[0] += 1
+        entry[1] += s.end - s.start
     figures.memcpy = sorted(
         (MemcpyKind(kind, int(c), us / n / _US_PER_MS) for kind, (c, us) in kinds.items()),
         key=lambda m: m.ms_per_step,
@@ -254,13 +250,15 @@ def _tensor_cores(
 ) -> None:
     """torch-tb-profiler's tensor-core figures: kernel time in tensor-core kernels, and kernel time launched by
     tensor-core-eligible operators (the innermost operator around the launch) that ran without them."""
+    cols = columns_of(spans)
     launcher: dict[Any, str | None] = {
-        s.correlation: issuers[id(s)].inner for s in spans if s.cat in RUNTIME_CATS and id(s) in issuers
+        s.correlation: issuers[id(s)].inner
+        for s in cols.picked(cols.in_cats(RUNTIME_CATS))
+        if id(s) in issuers
     }
     total = tc = eligible = eligible_no_tc = triton = 0.0
-    for s in spans:
-        if s.cat not in KERNEL_CATS or not _inside(s, window) or is_communication_kernel(s.name):
-            continue
+    kernels = cols.in_cats(KERNEL_CATS) & _inside(cols, window) & ~cols.where_name(is_communication_kernel)
+    for s in cols.picked(kernels):
         duration = s.end - s.start
         total += duration
         with_tc = uses_tensor_cores(s.name)

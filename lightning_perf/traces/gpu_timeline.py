@@ -13,25 +13,23 @@ correlation id of the launching runtime call. On shared/realtraces this gives HT
 ``ddp_a100_rank1_of2`` and within 1 point on ``ddp_a100_rank0``, whose sub-microsecond timestamps HTA reads as
 whole microseconds (timeunit ns in that trace); we keep them exact.
 
-Standard library only. Times are in microseconds, as in the trace.
+Standard library and numpy. Times are in microseconds, as in the trace.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_perf.traces.intervals import (
-    Ranges,
-    intersect_ranges,
-    merge_ranges,
-    ranges_length,
-    subtract_ranges,
-)
+import numpy as np
+
+from lightning_perf.traces.columns import columns_of
+from lightning_perf.traces.host_calls import step_index
+from lightning_perf.traces.intervals import NO_INTERVALS, Intervals, intersect, subtract
+from lightning_perf.traces.intervals import window as intervals_window
 from lightning_perf.traces.spans import (
     KERNEL_CATS,
     MEMCPY_CATS,
@@ -90,52 +88,45 @@ class GpuTimeline:
 
 def step_of_launch(spans: Iterable[Span], steps: Sequence[StepSpan]) -> dict[Any, int]:
     """correlation id -> index in ``steps`` of the host step whose span holds the runtime call that launched it."""
-    starts = [s.start for s in steps]
-    found: dict[Any, int] = {}
-    for span in spans:
-        if span.cat in RUNTIME_CATS and span.correlation is not None:
-            i = bisect.bisect_right(starts, span.start) - 1
-            if i >= 0 and span.start <= steps[i].end:
-                found[span.correlation] = i
-    return found
+    cols = columns_of(spans)
+    calls = cols.in_cats(RUNTIME_CATS) & cols.has_correlation
+    index = step_index(cols.start[calls], steps)
+    inside = index >= 0
+    # in file order, a later call with the same correlation id wins (as a loop filling a dict)
+    return dict(zip(cols.correlation[calls][inside].tolist(), index[inside].tolist(), strict=True))
 
 
 def gpu_timeline(spans: Sequence[Span], steps: Sequence[StepSpan]) -> GpuTimeline | None:
     """HTA's idle / compute / non-compute over the GPU work of ``steps`` but the last (all GPU work when there
     are fewer than two steps or none was launched inside them). None when the trace has no GPU activity."""
-    gpu = [s for s in spans if s.cat in GPU_CATS]
+    cols = columns_of(spans)
+    gpu = cols.in_cats(GPU_CATS)
+    counted = len(steps)
     if len(steps) >= 2:
         launched = step_of_launch(spans, steps)
         last = len(steps) - 1
-        in_steps = [s for s in gpu if launched.get(s.correlation, last) < last]
-        if in_steps:
+        in_steps = np.zeros(len(cols), dtype=bool)
+        indices = np.flatnonzero(gpu)
+        in_steps[indices] = [launched.get(c, last) < last for c in cols.correlation[indices].tolist()]
+        if in_steps.any():
             gpu, counted = in_steps, last
-        else:
-            counted = len(steps)
-    else:
-        counted = len(steps)
-    if not gpu:
+    if not gpu.any():
         return None
-    busy = merge_ranges((s.start, s.end) for s in gpu)
-    compute = merge_ranges((s.start, s.end) for s in gpu if is_compute_kernel(s))
-    window = busy[-1][1] - busy[0][0]
-    busy_us, compute_us = ranges_length(busy), ranges_length(compute)
+    kernels = gpu & cols.in_cats(KERNEL_CATS)
+    communication = kernels & cols.where_name(is_communication_kernel)
+    busy = cols.merged(gpu)
+    window = float(busy.hi[-1] - busy.lo[0])
+    busy_us, compute_us = busy.length(), cols.merged(kernels & ~communication).length()
     return GpuTimeline(
         window_us=window,
         idle_us=window - busy_us,
         compute_us=compute_us,
         non_compute_us=max(busy_us - compute_us, 0.0),
-        communication_us=_merged_length(
-            s for s in gpu if s.cat in KERNEL_CATS and is_communication_kernel(s.name)
-        ),
-        memcpy_us=_merged_length(s for s in gpu if s.cat in MEMCPY_CATS),
-        memset_us=_merged_length(s for s in gpu if s.cat in MEMSET_CATS),
+        communication_us=cols.merged(communication).length(),
+        memcpy_us=cols.merged(gpu & cols.in_cats(MEMCPY_CATS)).length(),
+        memset_us=cols.merged(gpu & cols.in_cats(MEMSET_CATS)).length(),
         steps_counted=counted,
     )
-
-
-def _merged_length(spans: Iterable[Span]) -> float:
-    return ranges_length(merge_ranges((s.start, s.end) for s in spans))
 
 
 def busy_pct(spans: Iterable[Span], window: tuple[float, float], compute_only: bool = False) -> float | None:
@@ -144,35 +135,32 @@ def busy_pct(spans: Iterable[Span], window: tuple[float, float], compute_only: b
     start, end = window
     if not end > start:
         raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
-    kernels = [
-        (s.start, s.end)
-        for s in spans
-        if s.cat in KERNEL_CATS and not (compute_only and is_communication_kernel(s.name))
-    ]
-    if not kernels:
+    cols = columns_of(spans)
+    kernels = cols.in_cats(KERNEL_CATS)
+    if compute_only:
+        kernels &= ~cols.where_name(is_communication_kernel)
+    if not kernels.any():
         return None
-    return 100.0 * ranges_length(intersect_ranges(merge_ranges(kernels), [(start, end)])) / (end - start)
+    return 100.0 * intersect(cols.merged(kernels), intervals_window(start, end)).length() / (end - start)
 
 
 def exposed_communication_us(spans: Sequence[Span], window: tuple[float, float]) -> tuple[float, float]:
     """(communication kernel time, the part of it no compute kernel overlaps) inside ``window``."""
-    clip: Ranges = [window]
-    comm = intersect_ranges(
-        merge_ranges(
-            (s.start, s.end) for s in spans if s.cat in KERNEL_CATS and is_communication_kernel(s.name)
-        ),
-        clip,
-    )
-    if not comm:
+    cols = columns_of(spans)
+    kernels = cols.in_cats(KERNEL_CATS)
+    communication = kernels & cols.where_name(is_communication_kernel)
+    comm = intersect(cols.merged(communication), intervals_window(*window))
+    if len(comm) == 0:
         return 0.0, 0.0
-    compute = merge_ranges((s.start, s.end) for s in spans if is_compute_kernel(s))
-    return ranges_length(comm), ranges_length(subtract_ranges(comm, compute))
+    return comm.length(), subtract(comm, cols.merged(kernels & ~communication)).length()
 
 
-def idle_ranges(spans: Sequence[Span], window: tuple[float, float]) -> Ranges:
+def idle_ranges(spans: Sequence[Span], window: tuple[float, float]) -> Intervals:
     """The parts of ``window`` with no GPU activity at all."""
-    busy = merge_ranges((s.start, s.end) for s in spans if s.cat in GPU_CATS)
-    return subtract_ranges([window], busy) if window[1] > window[0] else []
+    if not window[1] > window[0]:
+        return NO_INTERVALS
+    cols = columns_of(spans)
+    return subtract(intervals_window(*window), cols.merged(cols.in_cats(GPU_CATS)))
 
 
 def window_of(steps: Sequence[StepSpan]) -> tuple[float, float] | None:

@@ -5,18 +5,20 @@ on the same thread (nesting); the GPU work it starts carries the same correlatio
 :func:`issuing_operators` gives, for every runtime call, the innermost and the outermost operator around it,
 and :func:`blocking_calls` the calls that hold the host until the GPU catches up.
 
-Standard library only. Times are in microseconds, as in the trace.
+Standard library and numpy. Times are in microseconds, as in the trace.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
 import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from lightning_perf.traces.columns import SpanColumns, columns_of
 from lightning_perf.traces.spans import (
     MEMCPY_CATS,
     OPERATOR_CATS,
@@ -120,7 +122,8 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
 
 
 def copy_names_by_correlation(spans: Iterable[Span]) -> dict[Any, str]:
-    return {s.correlation: s.name for s in spans if s.cat in MEMCPY_CATS and s.correlation is not None}
+    cols = columns_of(spans)
+    return {s.correlation: s.name for s in cols.picked(cols.in_cats(MEMCPY_CATS) & cols.has_correlation)}
 
 
 def is_blocking(call: Span, copy_name: str | None) -> bool:
@@ -137,6 +140,19 @@ def is_blocking(call: Span, copy_name: str | None) -> bool:
     return call.end - call.start >= BLOCKING_COPY_MIN_US
 
 
+def blocking_mask(cols: SpanColumns) -> np.ndarray:
+    """Mask of the runtime calls that block (:func:`is_blocking`): decided by name, and for the asynchronous
+    copies (a few) one by one with the copy they started."""
+    runtime = cols.in_cats(RUNTIME_CATS)
+    blocking = runtime & cols.where_name(SYNC_CALLS.__contains__)
+    copies = np.flatnonzero(runtime & cols.where_name(ASYNC_COPY_CALLS.__contains__))
+    if len(copies):
+        names = copy_names_by_correlation(cols.spans)
+        spans = cols.spans
+        blocking[copies] = [is_blocking(spans[i], names.get(spans[i].correlation)) for i in copies.tolist()]
+    return blocking
+
+
 class BlockingTotal(NamedTuple):
     name: str
     operator: str
@@ -144,11 +160,20 @@ class BlockingTotal(NamedTuple):
     total_us: float
 
 
-def in_host_steps(span: Span, steps: Sequence[StepSpan], starts: list[float]) -> bool:
-    """Whether ``span`` starts inside one of the host ProfilerStep spans (sorted; ``starts`` their starts).
-    The profiler's own calls (the cudaDeviceSynchronize when it stops) lie outside them."""
-    i = bisect.bisect_right(starts, span.start) - 1
-    return i >= 0 and span.start <= steps[i].end
+def step_index(times: np.ndarray, steps: Sequence[StepSpan]) -> np.ndarray:
+    """For each time, the index of the host step (sorted by start) whose span holds it; -1 outside every step."""
+    starts = np.array([s.start for s in steps], dtype=np.float64)
+    ends = np.array([s.end for s in steps], dtype=np.float64)
+    index = np.searchsorted(starts, times, side="right") - 1
+    inside = index >= 0
+    inside[inside] = times[inside] <= ends[index[inside]]
+    return np.where(inside, index, -1)
+
+
+def in_host_steps(cols: SpanColumns, steps: Sequence[StepSpan]) -> np.ndarray:
+    """Mask of the spans that start inside one of the host ProfilerStep spans (sorted by start). The
+    profiler's own calls (the cudaDeviceSynchronize when it stops) lie outside them."""
+    return step_index(cols.start, steps) >= 0
 
 
 def blocking_calls(
@@ -157,18 +182,15 @@ def blocking_calls(
     """Blocking runtime calls made inside the host ``steps``, totalled by (call, issuing operator), longest
     first. Without steps, every call counts."""
     issuers = issuing_operators(spans) if issuers is None else issuers
-    copies = copy_names_by_correlation(spans)
+    cols = columns_of(spans)
+    chosen = blocking_mask(cols)
+    if steps:
+        chosen &= in_host_steps(cols, steps)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
-    starts = [s.start for s in steps]
-    for span in spans:
-        if span.cat not in RUNTIME_CATS:
-            continue
-        if steps and not in_host_steps(span, steps, starts):
-            continue
-        if is_blocking(span, copies.get(span.correlation)):
-            issuer = issuers.get(id(span), Issuer(None, None))
-            total = totals[(span.name, issuer.label())]
-            total[0] += 1
-            total[1] += span.end - span.start
+    for span in cols.picked(chosen):
+        issuer = issuers.get(id(span), Issuer(None, None))
+        total = totals[(span.name, issuer.label())]
+        total[0] += 1
+        total[1] += span.end - span.start
     result = [BlockingTotal(name, op, int(n), us) for (name, op), (n, us) in totals.items()]
     return sorted(result, key=lambda b: b.total_us, reverse=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lightning_perf.traces import intervals
 from lightning_perf.traces.intervals import (
-    clipped_length,
+    clipped_lengths,
     intersect_ranges,
     merge_ranges,
     ranges_length,
@@ -53,27 +54,59 @@ def test_intersect_and_subtract_are_set_operations(a, b):
     assert_sorted_disjoint(rest)
 
 
-@pytest.mark.parametrize("few_ratio", [1, 10**9])
+def walk_intersect(a, b):
+    """The two-pointer walk the numpy version replaced: the reference for exact equality."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def walk_subtract(a, b):
+    out, j = [], 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > start:
+                out.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if start < end:
+            out.append((start, end))
+    return out
+
+
 @settings(max_examples=300, deadline=None)
 @given(a=raw_ranges, b=raw_ranges)
-def test_intersect_by_bisection_gives_the_same_list_as_the_merge_walk(few_ratio, a, b):
-    # the bisection path (one side much shorter) and the two-pointer walk: exactly the same list
+def test_the_vectorised_operations_give_the_lists_of_the_loops_they_replaced(a, b):
     a, b = merge_ranges(a), merge_ranges(b)
-    expected = intersect_ranges(a, b)
-    original = intervals._FEW_RATIO
-    intervals._FEW_RATIO = few_ratio
-    try:
-        assert intersect_ranges(a, b) == expected
-        assert intersect_ranges(b, a) == expected
-        assert intersect_ranges(a, [b[0]] if b else []) == intersect_ranges([b[0]] if b else [], a)
-    finally:
-        intervals._FEW_RATIO = original
+    assert intersect_ranges(a, b) == walk_intersect(a, b)
+    assert intersect_ranges(b, a) == walk_intersect(a, b)
+    assert subtract_ranges(a, b) == walk_subtract(a, b)
 
 
 @settings(max_examples=200, deadline=None)
-@given(raw_ranges, st.integers(0, 70), st.integers(0, 70))
-def test_clipped_length_is_the_length_inside_the_window(ranges, low, high):
+@given(raw_ranges, st.lists(st.tuples(st.integers(0, 70), st.integers(0, 70)), max_size=5))
+def test_clipped_lengths_are_the_lengths_inside_each_window(ranges, windows):
     merged = merge_ranges(ranges)
-    start, end = min(low, high) / 2, max(low, high) / 2
-    expected = ranges_length(intersect_ranges(merged, [(start, end)])) if end > start else 0.0
-    assert clipped_length(merged, [r[0] for r in merged], start, end) == pytest.approx(expected)
+    starts = np.array([min(w) / 2 for w in windows], dtype=np.float64)
+    ends = np.array([max(w) / 2 for w in windows], dtype=np.float64)
+    expected = [
+        ranges_length(intersect_ranges(merged, [(start, end)])) if end > start else 0.0
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+    assert clipped_lengths(intervals.from_ranges(merged), starts, ends) == pytest.approx(expected)
+
+
+def test_lengths_are_summed_exactly():
+    # fsum: 1e16 + 1.0 + 1.0 loses both ones when added left to right
+    spread = intervals.Intervals(np.array([-1e16, 0.0, 2.0]), np.array([0.0, 1.0, 3.0]))
+    assert spread.length() == 1e16 + 2.0

@@ -1,0 +1,108 @@
+"""A trace's spans as numpy columns: the filters and interval sums of the analyses without a Python step a span.
+
+:func:`columns_of` turns a list of :class:`~lightning_perf.traces.spans.Span` tuples into :class:`SpanColumns`
+(start, end, category and name codes) in C loops (``map`` over ``itemgetter``; about 30 ns a span and column),
+once per list that :func:`~lightning_perf.traces.spans.load_trace` made. A question about a category or a name
+("is it a kernel", "is it NCCL") is then asked once per distinct value, a few hundred, and spread over the spans
+by indexing. The span tuples stay what the nesting walks (operators around runtime calls) read.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from lightning_perf.traces.intervals import Intervals, merge
+from lightning_perf.traces.spans import Span, SpanList, as_spans
+
+_NAME, _CAT, _START, _END = (operator.itemgetter(i) for i in range(4))
+_EXTERNAL_ID, _CORRELATION = operator.itemgetter(6), operator.itemgetter(7)
+
+
+class SpanColumns:
+    """The spans' fields the vectorised analyses read, index for index with the span list."""
+
+    def __init__(self, spans: list[Span]) -> None:
+        n = len(spans)
+        self.spans = spans
+        self.start = np.fromiter(map(_START, spans), np.float64, n)
+        self.end = np.fromiter(map(_END, spans), np.float64, n)
+        self.cats, self.cat_code = _codes(list(map(_CAT, spans)))
+        self.names, self.name_code = _codes(list(map(_NAME, spans)))
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @functools.cached_property
+    def correlation(self) -> np.ndarray:
+        """Each span's correlation id (an object array: None where the span has none)."""
+        return np.fromiter(map(_CORRELATION, self.spans), object, len(self.spans))
+
+    @functools.cached_property
+    def has_correlation(self) -> np.ndarray:
+        return _not_none(self.correlation)
+
+    @functools.cached_property
+    def external_id(self) -> np.ndarray:
+        """Each span's external id (an object array: None where the span has none)."""
+        return np.fromiter(map(_EXTERNAL_ID, self.spans), object, len(self.spans))
+
+    def in_cats(self, cats: Collection[str]) -> np.ndarray:
+        """Mask of the spans whose (lower-cased) category is one of ``cats``."""
+        table = np.fromiter((cat in cats for cat in self.cats), bool, len(self.cats))
+        return table[self.cat_code]
+
+    def where_name(self, predicate: Callable[[str], bool]) -> np.ndarray:
+        """Mask of the spans whose name satisfies ``predicate`` (asked once per distinct name)."""
+        table = np.fromiter(map(predicate, self.names), bool, len(self.names))
+        return table[self.name_code]
+
+    def where(self, predicate: Callable[[str, str], bool]) -> np.ndarray:
+        """Mask of the spans for which ``predicate(category, name)`` holds (asked once per distinct pair)."""
+        return self.classify(lambda cat, name: bool(predicate(cat, name)), bool)
+
+    def classify(self, kind_of: Callable[[str, str], Any], dtype: Any = np.int8) -> np.ndarray:
+        """``kind_of(category, name)`` of every span, as an array of ``dtype`` (decided once per distinct pair)."""
+        if len(self) == 0:
+            return np.empty(0, dtype=dtype)
+        pair = self.cat_code.astype(np.int64) * len(self.names) + self.name_code
+        distinct, inverse = np.unique(pair, return_inverse=True)
+        cats, names = np.divmod(distinct, len(self.names))
+        kinds = [
+            kind_of(self.cats[c], self.names[m]) for c, m in zip(cats.tolist(), names.tolist(), strict=True)
+        ]
+        return np.array(kinds, dtype=dtype)[inverse.reshape(-1)]
+
+    def merged(self, mask: np.ndarray) -> Intervals:
+        """The union of the spans of ``mask``."""
+        return merge(self.start[mask], self.end[mask])
+
+    def picked(self, mask: np.ndarray) -> list[Span]:
+        """The span tuples of ``mask``, in order."""
+        return [self.spans[i] for i in np.flatnonzero(mask).tolist()]
+
+
+def _not_none(values: np.ndarray) -> np.ndarray:
+    return np.fromiter(map(operator.is_not, values, itertools.repeat(None)), bool, len(values))
+
+
+def _codes(values: list[str]) -> tuple[list[str], np.ndarray]:
+    """The distinct values in first-seen order and each value's index among them."""
+    index: Mapping[str, int] = {value: i for i, value in enumerate(dict.fromkeys(values))}
+    return list(index), np.fromiter(map(index.__getitem__, values), np.int32, len(values))
+
+
+def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:
+    """The columns of ``spans``; made once for a list :func:`load_trace` made (kept on the list), else each
+    call."""
+    if type(spans) is SpanList:
+        cached = getattr(spans, "columns", None)
+        if cached is None or len(cached) != len(spans):
+            cached = spans.columns = SpanColumns(spans)
+        return cached
+    return SpanColumns(as_spans(spans))
