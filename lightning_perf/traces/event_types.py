@@ -33,22 +33,6 @@ class EventArgs(msgspec.Struct, gc=False):
     total_allocated: Any = msgspec.field(default=UNSET, name="Total Allocated")
     bytes: Any = msgspec.field(default=UNSET, name="Bytes")
 
-    def external(self) -> int | None:
-        """``args.get("External id", args.get("external id"))``."""
-        if self.external_id is not UNSET:
-            return self.external_id
-        return None if self.external_id_lower is UNSET else self.external_id_lower
-
-    def memory_fields(self) -> dict[str, Any]:
-        """The allocator's fields present in the event, under their names in the trace."""
-        fields = {
-            "Device Type": self.device_type,
-            "Device Id": self.device_id,
-            "Total Allocated": self.total_allocated,
-            "Bytes": self.bytes,
-        }
-        return {key: value for key, value in fields.items() if value is not UNSET}
-
 
 class Event(msgspec.Struct, gc=False):
     """One element of ``traceEvents``: a missing field gets the value ``event.get(field)`` gave the dict

@@ -25,7 +25,7 @@ import numpy as np
 from msgspec import UNSET
 
 from lightning_perf.analysis.numbers import finite
-from lightning_perf.traces.event_types import Event, EventArgs, decode_events
+from lightning_perf.traces.event_types import Event, decode_events
 from lightning_perf.traces.reader import DISTRIBUTED_INFO_KEY, TraceReader
 
 # Category names, lower-cased (torch-tb-profiler lower-cases `cat` before looking it up).
@@ -190,7 +190,7 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
         for batch, text in reader.typed_batches(decode_events):
             if text is None:
                 _add_dicts(batch, loaded)
-            elif not _add_typed(batch, loaded):
+            elif not _add_typed(batch, text, loaded):
                 _add_dicts(_DICT_DECODE(text), loaded)
         return ParsedTrace(
             reader.path,
@@ -207,14 +207,16 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
 _DICT_DECODE = json.JSONDecoder(strict=False).decode  # as the scanner's: control characters allowed
 
 
-def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
+def _add_typed(batch: list[Event], text: str, loaded: _Loaded) -> bool:
     """Add the typed events of one batch; False, with nothing added, when one of them needs the dict reader
     (a complete event without ts, or with times out of range: its skip reason quotes the event as written).
 
     The dict reader's work (below) done a field at a time over the batch: comprehensions and C-level maps,
     no Python statement per event."""
-    names = [event.name for event in batch]
-    memory_events = MEMORY_EVENT_NAME in names and [
+    # the batch's JSON text says whether any event may be an allocator sample (a name written with escapes
+    # could hide it: then the events are looked at)
+    maybe_memory = MEMORY_EVENT_NAME in text or "\\" in text
+    memory_events = maybe_memory and [
         e for e in batch if e.name == MEMORY_EVENT_NAME and e.cat != PYTHON_FUNCTION_CAT
     ]
     complete = [
@@ -245,7 +247,14 @@ def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
                 (starts + durations).tolist(),
                 [e.pid for e in complete],
                 [e.tid for e in complete],
-                [None if a is None else _external_id(a) for a in args],
+                [
+                    None
+                    if a is None
+                    else a.external_id
+                    if a.external_id is not UNSET
+                    else (None if a.external_id_lower is UNSET else a.external_id_lower)
+                    for a in args
+                ],  # args.get("External id", args.get("external id")), inline: a call per span costs 15%
                 [None if a is None else a.correlation for a in args],
                 strict=True,
             ),
@@ -255,21 +264,24 @@ def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
     return True
 
 
-def _external_id(args: EventArgs) -> int | None:
-    """``args.get("External id", args.get("external id"))``."""
-    if args.external_id is not UNSET:
-        return args.external_id
-    return None if args.external_id_lower is UNSET else args.external_id_lower
-
-
 def _add_typed_memory(events: list[Event], loaded: _Loaded) -> bool:
     has_totals = False
     for event in events:
         args = event.args
-        fields = {"args": None if args is None else args.memory_fields()}
-        if event.ts is not UNSET:
-            fields["ts"] = event.ts
-        has_totals = _add_memory_sample(fields, loaded.memory, loaded.running) or has_totals
+        if args is None or event.ts is UNSET:
+            continue
+        has_totals = (
+            _add_memory_sample(
+                event.ts,
+                args.device_type,
+                0 if args.device_id is UNSET else args.device_id,
+                None if args.total_allocated is UNSET else args.total_allocated,
+                None if args.bytes is UNSET else args.bytes,
+                loaded.memory,
+                loaded.running,
+            )
+            or has_totals
+        )
     return has_totals
 
 
@@ -286,7 +298,7 @@ def _add_dicts(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
             continue
         name = get("name")
         if name == MEMORY_EVENT_NAME:
-            loaded.has_totals = _add_memory_sample(event, memory, running) or loaded.has_totals
+            loaded.has_totals = _add_memory_event(event, memory, running) or loaded.has_totals
             continue
         if get("ph") != "X":
             continue
@@ -334,20 +346,36 @@ def _add_dicts(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
             add_span(span)
 
 
-def _add_memory_sample(
+def _add_memory_event(
     event: Mapping[str, Any], memory: list[MemorySample], running: dict[int, float]
-) -> None:
+) -> bool:
+    """Add the sample of one allocator event dict; True when it is a total."""
     args = event.get("args")
-    ts = event.get("ts")
-    if not isinstance(args, dict) or not isinstance(ts, (int, float)):
-        return
-    if args.get("Device Type") != CUDA_DEVICE_TYPE:
-        return
-    device = args.get("Device Id", 0)
+    if not isinstance(args, dict):
+        return False
+    sample = (
+        args.get("Device Type"),
+        args.get("Device Id", 0),
+        args.get("Total Allocated"),
+        args.get("Bytes"),
+    )
+    return _add_memory_sample(event.get("ts"), *sample, memory, running)
+
+
+def _add_memory_sample(
+    ts: Any,
+    device_type: Any,
+    device: Any,
+    total: Any,
+    change: Any,
+    memory: list[MemorySample],
+    running: dict[int, float],
+) -> bool:
+    """Add one allocator event's sample (the fields of its args as written); True when it is a total."""
+    if not isinstance(ts, (int, float)) or device_type != CUDA_DEVICE_TYPE:
+        return False
     device = device if isinstance(device, int) else 0
-    total = args.get("Total Allocated")
     if not isinstance(total, (int, float)):
-        change = args.get("Bytes")
         if not isinstance(change, (int, float)):
             return False
         running[device] = running.get(device, 0.0) + change

@@ -11,7 +11,7 @@ import pytest
 from lightning_perf.traces import reader as traces
 from lightning_perf.traces.event_types import decode_events
 from lightning_perf.traces.report import find_traces
-from lightning_perf.traces.spans import PYTHON_FUNCTION_CAT, _add_memory_sample, load_trace, span_of
+from lightning_perf.traces.spans import PYTHON_FUNCTION_CAT, _add_memory_event, load_trace, span_of
 
 NORMAL = {
     "ph": "X",
@@ -92,7 +92,7 @@ def by_event_dicts(path) -> tuple:
         if event.get("cat") == PYTHON_FUNCTION_CAT:
             continue
         if event.get("name") == "[memory]":
-            totals = _add_memory_sample(event, memory, running) or totals
+            totals = _add_memory_event(event, memory, running) or totals
             continue
         try:
             span = span_of(event)
