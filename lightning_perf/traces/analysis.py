@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from lightning_perf.traces.breakdown import (
     CATEGORIES,
     CATEGORY_LABELS,
@@ -168,13 +170,17 @@ def cpu_operator_stats(events: Iterable[Mapping[str, Any] | Span]) -> list[Opera
 
 def kernel_stats(events: Iterable[Mapping[str, Any] | Span]) -> list[OperatorStat]:
     """GPU kernels aggregated by name, sorted by total time (a kernel's self time is its duration)."""
-    stats: dict[str, OperatorStat] = {}
-    for span in as_spans(events):
-        if span.cat in KERNEL_CATS:
-            stat = stats.get(span.name)
-            if stat is None:
-                stat = stats[span.name] = OperatorStat(span.name, 0, 0.0, 0.0)
-            stat.calls += 1
-            stat.self_us += span.end - span.start
-            stat.total_us += span.end - span.start
-    return sorted(stats.values(), key=lambda s: s.total_us, reverse=True)
+    cols = columns_of(events)
+    kernels = np.flatnonzero(cols.in_cats(KERNEL_CATS))
+    codes = cols.name_code[kernels]
+    # np.add.at adds in index order, so each name's total is the sum a loop over the kernels makes
+    totals = np.zeros(len(cols.names))
+    np.add.at(totals, codes, cols.end[kernels] - cols.start[kernels])
+    calls = np.bincount(codes, minlength=len(cols.names))
+    names, first = np.unique(codes, return_index=True)
+    by_first_call = names[np.argsort(first, kind="stable")].tolist()
+    stats = [
+        OperatorStat(cols.names[code], int(calls[code]), float(totals[code]), float(totals[code]))
+        for code in by_first_call
+    ]
+    return sorted(stats, key=lambda s: s.total_us, reverse=True)

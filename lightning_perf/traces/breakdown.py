@@ -5,7 +5,6 @@ See :func:`step_breakdown`. Standard library and numpy. Times are in microsecond
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -14,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.columns import columns_of
+from lightning_perf.traces.columns import SpanColumns, columns_of
 from lightning_perf.traces.intervals import Intervals, clipped_lengths, intersect, merge, subtract
 from lightning_perf.traces.reader import USER_ANNOTATION_CAT, is_dataloader_span
 from lightning_perf.traces.spans import (
@@ -163,9 +162,9 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
     result = Breakdown()
     if not steps:
         return result
-    device = group(_KERNEL) + group(_MEMCPY) + group(_MEMSET)
+    device = kernels | (what == _MEMCPY) | (what == _MEMSET)
     steps, result.device_aligned, result.dropped_tail_steps = _align_steps_to_device(
-        steps, group(_RUNTIME), device
+        steps, cols, what == _RUNTIME, device
     )
 
     starts = np.array([start for _, start, _ in steps], dtype=np.float64)
@@ -183,38 +182,46 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
 
 
 def _align_steps_to_device(
-    steps: list[tuple[int | None, float, float]], runtimes: list[Span], device: list[Span]
+    steps: list[tuple[int | None, float, float]], cols: SpanColumns, runtimes: np.ndarray, device: np.ndarray
 ) -> tuple[list[tuple[int | None, float, float]], bool, int]:
     """torch-tb-profiler's _find_device_steps/_update_steps_duration: a step ends when the GPU work launched
-    (by runtime calls inside its host span) ends, and starts no earlier than the previous step's end."""
-    by_correlation: dict[Any, list[int]] = defaultdict(list)
-    for index, d in enumerate(device):
-        if d.correlation is not None:
-            by_correlation[d.correlation].append(index)
-    host_starts = [s[1] for s in steps]
-    dev_lo = [math.inf] * len(steps)
-    dev_hi = [-math.inf] * len(steps)
-    matched_counts = [0] * len(steps)
-    matched: set[int] = set()
-    for rt in runtimes:
-        i = bisect.bisect_right(host_starts, rt.start) - 1
-        if i < 0 or rt.end > steps[i][2] or rt.correlation is None:
-            continue  # launched outside any step, or straddling a step's end
-        for index in by_correlation.get(rt.correlation, ()):
-            work = device[index]
-            if work.start < dev_lo[i]:
-                dev_lo[i] = work.start
-            if work.end > dev_hi[i]:
-                dev_hi[i] = work.end
-            matched_counts[i] += 1
-            matched.add(index)
-    if not matched:
+    (by runtime calls inside its host span) ends, and starts no earlier than the previous step's end.
+    ``runtimes`` and ``device``: masks of the runtime calls and the GPU activities among ``cols``."""
+    host_starts = np.array([s[1] for s in steps], dtype=np.float64)
+    host_ends = np.array([s[2] for s in steps], dtype=np.float64)
+    # the runtime calls wholly inside a step (by start, then end), with a correlation id: the step of each id
+    calls = runtimes & cols.has_correlation
+    step_of_call = np.searchsorted(host_starts, cols.start[calls], side="right") - 1
+    inside = step_of_call >= 0
+    inside[inside] = cols.end[calls][inside] <= host_ends[step_of_call[inside]]
+    steps_of: dict[Any, list[int]] = defaultdict(list)
+    for correlation, step in zip(
+        cols.correlation[calls][inside].tolist(), step_of_call[inside].tolist(), strict=True
+    ):
+        steps_of[correlation].append(step)
+    # every (GPU activity, step) pair linked by a correlation id
+    work = np.flatnonzero(device & cols.has_correlation)
+    pairs = [
+        (index, step)
+        for index, correlation in zip(work.tolist(), cols.correlation[work].tolist(), strict=True)
+        for step in steps_of.get(correlation, ())
+    ]
+    if not pairs:
         return steps, False, 0
+    linked, step_of_work = (np.array(column, dtype=np.int64) for column in zip(*pairs, strict=True))
+    dev_lo = np.full(len(steps), math.inf)
+    dev_hi = np.full(len(steps), -math.inf)
+    np.minimum.at(dev_lo, step_of_work, cols.start[linked])
+    np.maximum.at(dev_hi, step_of_work, cols.end[linked])
+    matched_counts = np.bincount(step_of_work, minlength=len(steps)).tolist()
+    dev_lo, dev_hi = dev_lo.tolist(), dev_hi.tolist()
     prev_end = steps[0][1]
     if dev_lo[0] < math.inf:  # GPU work left over from before the first step delays its start
-        for index, d in enumerate(device):
-            if index not in matched and d.end < dev_lo[0]:
-                prev_end = max(prev_end, d.end)
+        unmatched = device.copy()
+        unmatched[linked] = False
+        before = cols.end[unmatched & (cols.end < dev_lo[0])]
+        if len(before):
+            prev_end = max(prev_end, float(before.max()))
     aligned = []
     for i, (number, host_start, host_end) in enumerate(steps):
         start = max(prev_end, host_start)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from lightning_perf.traces.intervals import Intervals, merge
-from lightning_perf.traces.spans import Span, SpanList, as_spans
+from lightning_perf.traces.spans import PROFILER_STEP_PREFIX, Span, SpanList, StepSpan, as_spans, step_spans
 
 _NAME, _CAT, _START, _END = (operator.itemgetter(i) for i in range(4))
 _EXTERNAL_ID, _CORRELATION = operator.itemgetter(6), operator.itemgetter(7)
@@ -106,3 +106,9 @@ def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:
             cached = spans.columns = SpanColumns(spans)
         return cached
     return SpanColumns(as_spans(spans))
+
+
+def host_steps(spans: Iterable[Mapping[str, Any] | Span]) -> list[StepSpan]:
+    """:func:`~lightning_perf.traces.spans.step_spans`, looking only at the spans named ProfilerStep#."""
+    cols = columns_of(spans)
+    return step_spans(cols.picked(cols.where_name(lambda name: name.startswith(PROFILER_STEP_PREFIX))))

@@ -24,6 +24,7 @@ from lightning_perf.analysis.numbers import BYTES_PER_GB, BYTES_PER_MB
 from lightning_perf.analysis.trace_figures import BlockingCall, MemcpyKind, TraceFigures
 from lightning_perf.traces.breakdown import CATEGORIES, Breakdown, step_breakdown
 from lightning_perf.traces.columns import SpanColumns, columns_of
+from lightning_perf.traces.columns import host_steps as steps_of_host
 from lightning_perf.traces.gpu_timeline import (
     busy_pct,
     exposed_communication_us,
@@ -39,7 +40,7 @@ from lightning_perf.traces.host_calls import (
     is_launch,
     issuing_operators,
 )
-from lightning_perf.traces.intervals import Intervals, intersect, subtract
+from lightning_perf.traces.intervals import Intervals, intersect, ordered_sum, subtract
 from lightning_perf.traces.reader import is_dataloader_span
 from lightning_perf.traces.spans import (
     KERNEL_CATS,
@@ -50,7 +51,6 @@ from lightning_perf.traces.spans import (
     Span,
     StepSpan,
     gc_paused,
-    step_spans,
 )
 
 # Kernels shorter than this are "tiny": launching one costs the host about 5-10 us (NVIDIA, "Getting Started
@@ -97,7 +97,7 @@ def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> Tr
     _device(figures, parsed)
     breakdown = step_breakdown(spans) if breakdown is None else breakdown
     steps = [StepSpan(s.step or 0, s.start, s.end) for s in breakdown.steps]
-    host_steps = step_spans(spans)
+    host_steps = steps_of_host(spans)
     window = window_of(steps)
     average = breakdown.average()
     if not steps or window is None:
@@ -256,22 +256,24 @@ def _tensor_cores(
         for s in cols.picked(cols.in_cats(RUNTIME_CATS))
         if id(s) in issuers
     }
-    total = tc = eligible = eligible_no_tc = triton = 0.0
     kernels = cols.in_cats(KERNEL_CATS) & _inside(cols, window) & ~cols.where_name(is_communication_kernel)
-    for s in cols.picked(kernels):
-        duration = s.end - s.start
-        total += duration
-        with_tc = uses_tensor_cores(s.name)
-        tc += duration if with_tc else 0.0
-        triton += duration if s.name.startswith(TRITON_PREFIX) else 0.0
-        if is_tensor_core_eligible(launcher.get(s.correlation)):
-            eligible += duration
-            eligible_no_tc += 0.0 if with_tc else duration
+    durations = cols.end[kernels] - cols.start[kernels]
+    with_tc = cols.where_name(uses_tensor_cores)[kernels]
+    triton = cols.where_name(lambda name: name.startswith(TRITON_PREFIX))[kernels]
+    operators = map(launcher.get, cols.correlation[kernels].tolist())
+    eligible = np.fromiter(map(is_tensor_core_eligible, operators), bool, len(durations))
+    # each sum in the kernels' order, as the loop this replaced added them
+    total = ordered_sum(durations)
+    tc, triton_us = ordered_sum(durations[with_tc]), ordered_sum(durations[triton])
+    eligible_us, eligible_no_tc = (
+        ordered_sum(durations[eligible]),
+        ordered_sum(durations[eligible & ~with_tc]),
+    )
     if total > 0:
         figures.tensor_core_pct = 100.0 * tc / total
-        figures.tc_eligible_pct = 100.0 * eligible / total
+        figures.tc_eligible_pct = 100.0 * eligible_us / total
         figures.tc_eligible_without_tc_pct = 100.0 * eligible_no_tc / total
-        figures.triton_pct = 100.0 * triton / total
+        figures.triton_pct = 100.0 * triton_us / total
 
 
 def _memory(figures: TraceFigures, parsed: ParsedTrace, steps: Sequence[StepSpan]) -> None:

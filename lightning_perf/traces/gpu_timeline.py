@@ -22,6 +22,7 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -107,7 +108,8 @@ def gpu_timeline(spans: Sequence[Span], steps: Sequence[StepSpan]) -> GpuTimelin
         last = len(steps) - 1
         in_steps = np.zeros(len(cols), dtype=bool)
         indices = np.flatnonzero(gpu)
-        in_steps[indices] = [launched.get(c, last) < last for c in cols.correlation[indices].tolist()]
+        step = map(launched.get, cols.correlation[indices].tolist(), repeat(last))
+        in_steps[indices] = np.fromiter(step, np.int64, len(indices)) < last
         if in_steps.any():
             gpu, counted = in_steps, last
     if not gpu.any():

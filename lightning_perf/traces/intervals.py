@@ -100,9 +100,14 @@ def clipped_lengths(intervals: Intervals, starts: np.ndarray, ends: np.ndarray) 
         stop = int(np.searchsorted(intervals.lo, end, side="left"))
         parts = np.minimum(intervals.hi[first:stop], end) - np.maximum(intervals.lo[first:stop], start)
         parts = parts[parts > 0.0]
-        # cumsum adds one part after the other, where sum() would add them pairwise
-        totals.append(float(np.cumsum(parts)[-1]) if len(parts) else 0.0)
+        totals.append(ordered_sum(parts))
     return totals
+
+
+def ordered_sum(values: np.ndarray) -> float:
+    """The sum of ``values`` added one after the other, as a Python loop adds them (so a figure keeps its last
+    bit): ``cumsum`` adds in order, where ``sum()`` adds pairwise."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------
