@@ -16,7 +16,6 @@ Standard library only; imports nothing from torch or Lightning. Times are in mic
 from __future__ import annotations
 
 import operator
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from lightning_perf.traces.breakdown import (
     StepBreakdown,
     step_breakdown,
 )
-from lightning_perf.traces.columns import columns_of
+from lightning_perf.traces.columns import SpanColumns, columns_of
 from lightning_perf.traces.intervals import (
     Ranges,
     intersect,
@@ -49,7 +48,6 @@ from lightning_perf.traces.spans import (
     ParsedTrace,
     Span,
     StepSpan,
-    as_spans,
     load_trace,
     span_of,
     step_spans,
@@ -126,44 +124,55 @@ class OperatorStat:
 def cpu_operator_stats(events: Iterable[Mapping[str, Any] | Span]) -> list[OperatorStat]:
     """Host operators (cpu_op and user_annotation spans, ProfilerStep# excluded) aggregated by name, sorted by
     self time: each span's duration minus its direct children's on the same thread (torch's self_cpu_time)."""
-    by_thread: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
-    for span in as_spans(events):
-        if span.cat in OPERATOR_CATS or span.cat == USER_ANNOTATION_CAT:
-            by_thread[span[4:6]].append(span)
-    # name -> [calls, self time, total time], in the order the names are first recorded
-    totals: dict[str, list[Any]] = {}
-    skipped = {name for spans in by_thread.values() for name in {s.name for s in spans}}
-    skipped = {name for name in skipped if name.startswith(PROFILER_STEP_PREFIX)}
+    cols = columns_of(events)
+    order, threads = cols.nesting_order(cols.in_cats(OPERATOR_CATS | {USER_ANNOTATION_CAT}))
+    # the walk gives each span its self time as it ends; the totals are made afterwards, in that order
+    finished: list[int] = []
+    self_times: list[float] = []
+    stack: list[list[Any]] = []  # [end, self time, span index]
+    thread = None
+    walk = zip(
+        order.tolist(), threads.tolist(), cols.start[order].tolist(), cols.end[order].tolist(), strict=True
+    )
+    for index, span_thread, start, end in walk:
+        if span_thread != thread:
+            _finish_all(stack, finished, self_times)
+            thread = span_thread
+        limit = start + TIME_TOLERANCE_US
+        while stack and stack[-1][0] <= limit:
+            _, self_us, done = stack.pop()
+            finished.append(done)
+            self_times.append(self_us)
+        duration = end - start
+        if stack and end <= stack[-1][0] + TIME_TOLERANCE_US:
+            stack[-1][1] -= duration  # a direct child
+        stack.append([end, duration, index])
+    _finish_all(stack, finished, self_times)
+    return _operator_totals(cols, np.array(finished, dtype=np.int64), np.array(self_times))
 
-    def finish(done: Span, self_us: float) -> None:
-        # added as each span ends, in that order (the sums' order of additions, their names' first order)
-        name = done[0]
-        if name in skipped:
-            return
-        total = totals.get(name)
-        if total is None:
-            total = totals[name] = [0, 0.0, 0.0]
-        total[0] += 1
-        total[1] += 0.0 if self_us < 0.0 else self_us  # max(self_us, 0.0)
-        total[2] += done[3] - done[2]
 
-    for spans in by_thread.values():
-        _outer_first(spans)
-        stack: list[list[Any]] = []  # [end, self time, span]
-        for span in spans:
-            start, end = span[2], span[3]
-            limit = start + TIME_TOLERANCE_US
-            while stack and stack[-1][0] <= limit:
-                _, self_us, done = stack.pop()
-                finish(done, self_us)
-            duration = end - start
-            if stack and end <= stack[-1][0] + TIME_TOLERANCE_US:
-                stack[-1][1] -= duration  # a direct child
-            stack.append([end, duration, span])
-        for _, self_us, done in stack:  # the spans still open at the end, outermost first
-            finish(done, self_us)
+def _finish_all(stack: list[list[Any]], finished: list[int], self_times: list[float]) -> None:
+    """The spans still open at the end of a thread, outermost first."""
+    for _, self_us, done in stack:
+        finished.append(done)
+        self_times.append(self_us)
+    stack.clear()
+
+
+def _operator_totals(cols: SpanColumns, finished: np.ndarray, self_times: np.ndarray) -> list[OperatorStat]:
+    """Calls, self and total time by name (ProfilerStep# left out), each sum in the order the spans ended,
+    the names in the order they first ended; sorted by self time."""
+    codes = cols.name_code[finished]
+    counted = ~cols.where_name(lambda name: name.startswith(PROFILER_STEP_PREFIX))[finished]
+    codes, finished, self_times = codes[counted], finished[counted], self_times[counted]
+    self_sums, total_sums = np.zeros(len(cols.names)), np.zeros(len(cols.names))
+    np.add.at(self_sums, codes, np.maximum(self_times, 0.0))  # np.add.at adds in index order
+    np.add.at(total_sums, codes, cols.end[finished] - cols.start[finished])
+    calls = np.bincount(codes, minlength=len(cols.names))
+    names, first = np.unique(codes, return_index=True)
     stats = [
-        OperatorStat(name, calls, self_us, total_us) for name, (calls, self_us, total_us) in totals.items()
+        OperatorStat(cols.names[code], int(calls[code]), float(self_sums[code]), float(total_sums[code]))
+        for code in names[np.argsort(first, kind="stable")].tolist()
     ]
     return sorted(stats, key=lambda s: s.self_us, reverse=True)
 

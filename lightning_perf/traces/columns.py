@@ -22,6 +22,7 @@ from lightning_perf.traces.spans import PROFILER_STEP_PREFIX, Span, SpanList, St
 
 _NAME, _CAT, _START, _END = (operator.itemgetter(i) for i in range(4))
 _EXTERNAL_ID, _CORRELATION = operator.itemgetter(6), operator.itemgetter(7)
+_PID, _TID = operator.itemgetter(4), operator.itemgetter(5)
 
 
 class SpanColumns:
@@ -51,6 +52,30 @@ class SpanColumns:
     def external_id(self) -> np.ndarray:
         """Each span's external id (an object array: None where the span has none)."""
         return np.fromiter(map(_EXTERNAL_ID, self.spans), object, len(self.spans))
+
+    @functools.cached_property
+    def thread_code(self) -> np.ndarray:
+        """Each span's thread, (pid, tid), as a number that differs between threads."""
+        pid = _codes(list(map(_PID, self.spans)))[1].astype(np.int64)
+        tid = _codes(list(map(_TID, self.spans)))[1].astype(np.int64)
+        return pid * (int(tid.max(initial=0)) + 1) + tid
+
+    def nesting_order(
+        self, mask: np.ndarray, before: np.ndarray | None = None
+    ) -> tuple[list[int], list[int]]:
+        """The spans of ``mask`` in the order a walk of their nesting reads them: thread by thread (in the order
+        each thread first appears), by start, the longer (enclosing) span first, then ``before`` (spans with
+        the smaller value first), then file order. Returns the span indices and each one's thread (its rank)."""
+        chosen = np.flatnonzero(mask)
+        codes = self.thread_code[chosen]
+        distinct, first = np.unique(codes, return_index=True)
+        rank = np.empty(len(codes), dtype=np.int64)  # each span's thread's place in first-seen order
+        rank_of_distinct = np.empty(len(distinct), dtype=np.int64)
+        rank_of_distinct[np.argsort(first, kind="stable")] = np.arange(len(distinct))
+        rank[:] = rank_of_distinct[np.searchsorted(distinct, codes)]
+        keys = [chosen] if before is None else [chosen, before[chosen]]
+        order = np.lexsort((*keys, -self.end[chosen], self.start[chosen], rank))
+        return chosen[order], rank[order]
 
     def in_cats(self, cats: Collection[str]) -> np.ndarray:
         """Mask of the spans whose (lower-cased) category is one of ``cats``."""

@@ -74,51 +74,61 @@ def is_launch(name: str) -> bool:
 def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
     """id(runtime span) -> its :class:`Issuer`, by nesting on the calling thread (ProfilerStep# and other
     user annotations are not operators)."""
-    operators: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
-    calls: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
-    for span in spans:
-        cat = span[1]
-        if cat in OPERATOR_CATS:
-            if not span[0].startswith(PROFILER_STEP_PREFIX):  # torch 1.9: an Operator
-                operators[span[4:6]].append(span)
-        elif cat in RUNTIME_CATS:
-            calls[span[4:6]].append(span)
+    cols = columns_of(spans)
+    calls = cols.in_cats(RUNTIME_CATS)
+    operators = cols.in_cats(OPERATOR_CATS) & ~cols.where_name(
+        lambda name: name.startswith(PROFILER_STEP_PREFIX)
+    )
+    # threads without runtime calls (DataLoader or autograd threads without launches) are left out
+    operators &= np.isin(cols.thread_code, cols.thread_code[calls])
+    # by start, then the longer span first, then operators before the runtime calls they hold
+    order, threads = cols.nesting_order(operators | calls, before=calls.astype(np.int8))
     found: dict[int, Issuer] = {}
     issuers: dict[tuple[str | None, str | None], Issuer] = {}  # one Issuer per (inner, outer) pair
-    # threads without runtime calls (DataLoader or autograd threads without launches) are left out
-    for thread, thread_calls in calls.items():
-        # by start, then the longer span first, then operators before the runtime calls they hold: stable
-        # sorts on float keys, least significant first, of the operators followed by the calls
-        items = operators.get(thread, []) + thread_calls
-        items.sort(key=_END, reverse=True)  # reverse=True keeps ties in their order
-        items.sort(key=_START)
-        stack: list[Span] = []
-        ends: list[float] = []  # the stack's ends
-        for span in items:
-            limit = span[2] + TIME_TOLERANCE_US
-            while ends and ends[-1] <= limit:
-                ends.pop()
-                stack.pop()
-            if span[1] not in RUNTIME_CATS:
-                stack.append(span)
-                ends.append(span[3])
-            else:
-                # the innermost and the outermost operator of the stack that last until the call ends: one
-                # scan from each side (both stop at once in the common case of properly nested spans)
-                end = span.end
-                pair = (None, None)
-                for op in reversed(stack):
-                    if op.end + TIME_TOLERANCE_US >= end:
-                        for outer in stack:
-                            if outer.end + TIME_TOLERANCE_US >= end:
-                                pair = (op.name, outer.name)
-                                break
-                        break
-                issuer = issuers.get(pair)
-                if issuer is None:
-                    issuer = issuers[pair] = Issuer(*pair)
-                found[id(span)] = issuer
+    stack: list[str] = []  # the names of the operators open at this point of the walk
+    stack_ends: list[float] = []
+    thread = None
+    walk = zip(
+        order.tolist(),
+        threads.tolist(),
+        cols.start[order].tolist(),
+        cols.end[order].tolist(),
+        calls[order].tolist(),
+        [cols.names[code] for code in cols.name_code[order].tolist()],
+        strict=True,
+    )
+    for index, span_thread, start, end, is_call, name in walk:
+        if span_thread != thread:
+            stack.clear()
+            stack_ends.clear()
+            thread = span_thread
+        limit = start + TIME_TOLERANCE_US
+        while stack_ends and stack_ends[-1] <= limit:
+            stack_ends.pop()
+            stack.pop()
+        if not is_call:
+            stack.append(name)
+            stack_ends.append(end)
+            continue
+        pair = _innermost_and_outermost(stack, stack_ends, end)
+        issuer = issuers.get(pair)
+        if issuer is None:
+            issuer = issuers[pair] = Issuer(*pair)
+        found[id(cols.spans[index])] = issuer
     return found
+
+
+def _innermost_and_outermost(
+    stack: list[str], ends: list[float], end: float
+) -> tuple[str | None, str | None]:
+    """The innermost and the outermost operator of the stack that last until ``end``: one scan from each side
+    (both stop at once in the common case of properly nested spans)."""
+    for depth in range(len(stack) - 1, -1, -1):
+        if ends[depth] + TIME_TOLERANCE_US >= end:
+            for outer in range(depth + 1):
+                if ends[outer] + TIME_TOLERANCE_US >= end:
+                    return stack[depth], stack[outer]
+    return None, None
 
 
 def copy_names_by_correlation(spans: Iterable[Span]) -> dict[Any, str]:
