@@ -37,8 +37,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lightning_perf.traces.parallel_reader import default_jobs  # noqa: E402
-from lightning_perf.traces.report import find_traces  # noqa: E402
+from lightning_perf.traces.read.parallel_reader import default_jobs  # noqa: E402
+from lightning_perf.traces.report.build import find_traces  # noqa: E402
 
 REALTRACES = REPO.parent / "shared" / "realtraces"
 CLI = "import sys; from lightning_perf.cli import main; sys.exit(main(sys.argv[1:]))"

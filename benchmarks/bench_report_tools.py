@@ -43,10 +43,10 @@ sys.path.insert(0, str(REPO))
 
 import msgspec  # noqa: E402
 
-from lightning_perf.traces.event_types import Event  # noqa: E402
-from lightning_perf.traces.gpu_figures import trace_figures  # noqa: E402
-from lightning_perf.traces.report import build_report, find_traces  # noqa: E402
-from lightning_perf.traces.spans import load_trace  # noqa: E402
+from lightning_perf.traces.figures.gpu_figures import trace_figures  # noqa: E402
+from lightning_perf.traces.read.event_types import Event  # noqa: E402
+from lightning_perf.traces.read.loader import load_trace  # noqa: E402
+from lightning_perf.traces.report.build import build_report, find_traces  # noqa: E402
 
 REALTRACES = REPO.parent / "shared" / "realtraces"
 # Run by the HTA interpreter: time the parse and the temporal breakdown of one folder, print JSON.

@@ -22,7 +22,7 @@ import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lightning_perf.collect import step_clock  # noqa: E402
-from lightning_perf.collect.step_clock import StepClock  # noqa: E402
+from lightning_perf.collect.steps.step_clock import StepClock  # noqa: E402
 
 BLOCK = 100_000
 WINDOW = 1_000

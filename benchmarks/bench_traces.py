@@ -5,7 +5,7 @@ ProfilerStep#, DataLoader spans, nested cpu_op / python_function events, cuda_ru
 with kernels, memcpy / memset on a GPU stream, flow and instant events) of about ``--mb`` MB uncompressed,
 gzipped, then measures:
 
-- report parsing: ``lightning_perf.traces.report.analyse_trace`` (streaming parse + step breakdown + operator and
+- report parsing: ``lightning_perf.traces.report.build.analyse_trace`` (streaming parse + step breakdown + operator and
   kernel tables + kernel-busy), wall time, and peak memory two ways: the tracemalloc peak of Python
   allocations (a second run; tracemalloc slows it down) and the growth of the process's max RSS
   (``resource.getrusage``; the generator streams, so the parse sets the high-water mark);
@@ -28,8 +28,8 @@ import time
 import tracemalloc
 from typing import IO
 
-from lightning_perf.traces import reader as traces
-from lightning_perf.traces.report import analyse_trace
+from lightning_perf.traces.read import reader as traces
+from lightning_perf.traces.report.build import analyse_trace
 
 PID, MAIN_TID, BACKWARD_TID = 4242, 4242, 4301
 GPU_PID, STREAM = 0, 7

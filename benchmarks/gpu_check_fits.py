@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import RunSummary
-from lightning_perf.traces.reader import iter_events
-from lightning_perf.traces.report import build_report
+from lightning_perf.traces.read.reader import iter_events
+from lightning_perf.traces.report.build import build_report
 
 NO_GPU = "skipped (no GPU)"
 # step time within 5% of CUDA events at batch starts (the brief's line)

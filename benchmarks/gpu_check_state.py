@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from gpu_check_fits import NO_GPU, CheckResult, Context, _traces, cached_fit, fit, result, skipped
 
-from lightning_perf.traces.reader import iter_events, rewrite_trace
+from lightning_perf.traces.read.reader import iter_events, rewrite_trace
 
 
 class Snapshot(L.Callback):

@@ -14,12 +14,12 @@ from typing_extensions import override
 
 from lightning_perf import console
 from lightning_perf.analysis.summary import RunSummary, TraceFile
-from lightning_perf.collect import fetch_timing as fetcher_hooks
 from lightning_perf.collect import namespaces, run_state
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
 from lightning_perf.collect.sampling import sampler_start
+from lightning_perf.collect.steps import fetch_timing as fetcher_hooks
 from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers, windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec

@@ -103,7 +103,7 @@ def percentile(ordered: Sequence[float], pct: float) -> float:
 
 @dataclass
 class TimingSummary:
-    """Per-batch timing of the training loop (see ``lightning_perf.collect.step_clock``)."""
+    """Per-batch timing of the training loop (see ``lightning_perf.collect.steps.step_clock``)."""
 
     steps: int = 0
     samples: int = 0
@@ -134,7 +134,7 @@ class TimingSummary:
     step_samples_ms: list[float] = field(default_factory=list)
     wait_samples_ms: list[float] = field(default_factory=list)
     # None: every step was kept and the distributions are exact. A run longer than the exact bound
-    # (lightning_perf.collect.step_history) has medians and percentiles from a quantile sketch, each within this
+    # (lightning_perf.collect.steps.step_history) has medians and percentiles from a quantile sketch, each within this
     # relative error of the exact value (means, counts, minimum and maximum stay exact).
     sketch_relative_accuracy: float | None = None
 

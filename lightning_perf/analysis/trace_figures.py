@@ -1,6 +1,6 @@
 """What one profiler trace shows, as plain figures: the input of the trace rules (``rules_trace``).
 
-Filled by :func:`lightning_perf.traces.gpu_figures.trace_figures` from a trace file; kept here, in the pure
+Filled by :func:`lightning_perf.traces.figures.gpu_figures.trace_figures` from a trace file; kept here, in the pure
 stage, so the rules read numbers, never events. Times are per profiled step in milliseconds, shares in
 percent of the step (or of the kernel time where the name says so); ``None`` means "not in this trace".
 """

@@ -1,6 +1,6 @@
 """``lightning-perf capture RUN_DIR``: ask a running fit to record one profiler cycle at its next logging window.
 
-It writes a request file into the run dir (:mod:`lightning_perf.collect.capture_request`); the fit's
+It writes a request file into the run dir (:mod:`lightning_perf.collect.profiling.capture_request`); the fit's
 PerfCallback takes it on rank zero at its next window, every rank records one cycle (warm-up + active batches),
 and the fit's console says so. Plain files only: run it on a login node, in the container or on any machine
 that sees the run dir. Exit codes: 0 the request is written; 2 RUN_DIR missing or not writable.
@@ -13,7 +13,7 @@ import os
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.cli.common import EXIT_OK, error
-from lightning_perf.collect.capture_request import MAX_AGE_S, write_request
+from lightning_perf.collect.profiling.capture_request import MAX_AGE_S, write_request
 from lightning_perf.errors import LightningPerfError
 
 HELP = "Ask a running fit (by its run dir) to record one profiler cycle at its next logging window."

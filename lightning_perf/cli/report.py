@@ -8,10 +8,10 @@ import sys
 from lightning_perf.analysis.rules.cross_rank import rank_list
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, add_format, error
-from lightning_perf.traces.reader import TraceError
-from lightning_perf.traces.report import DEFAULT_TOP, ReportError, build_report
-from lightning_perf.traces.report_ranks import detailed_ranks
-from lightning_perf.traces.report_render import render_json, render_markdown, render_text
+from lightning_perf.traces.read.reader import TraceError
+from lightning_perf.traces.report.build import DEFAULT_TOP, ReportError, build_report
+from lightning_perf.traces.report.ranks import detailed_ranks
+from lightning_perf.traces.report.render import render_json, render_markdown, render_text
 
 HELP = (
     "Report profiler traces (a run dir, any folder or one trace file): step breakdown, GPU timeline, blocking "

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lightning_perf.collect import trace_ranks as trace_policy
-from lightning_perf.collect.schedule import ProfileSchedule
+from lightning_perf.collect.profiling import trace_ranks as trace_policy
+from lightning_perf.collect.profiling.schedule import ProfileSchedule
 from lightning_perf.errors import ConfigError
 
 PROBE_MODES = ("auto", "always", "never")

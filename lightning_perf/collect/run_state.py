@@ -1,8 +1,8 @@
 """PerfSession: the measuring state of one run (a ``fit``, or one ``validate``/``test``/``predict`` call).
 
 It is the listener of the instrumented data fetcher (``fetcher.py``): on every batch boundary it ends the
-previous step on the :class:`~lightning_perf.collect.step_clock.StepClock` and steps the
-:class:`~lightning_perf.collect.profiler_window.ProfilerWindow`; after the fetch it starts the new step with its DataLoader
+previous step on the :class:`~lightning_perf.collect.steps.step_clock.StepClock` and steps the
+:class:`~lightning_perf.collect.profiling.profiler_window.ProfilerWindow`; after the fetch it starts the new step with its DataLoader
 wait and batch size. It holds no Lightning objects, so the callback stays a thin layer of hooks.
 """
 
@@ -15,13 +15,14 @@ import torch
 
 from lightning_perf import console
 from lightning_perf.analysis.summary import TraceFile
-from lightning_perf.collect import compile_events, fetch_timing
-from lightning_perf.collect import trace_ranks as trace_policy
+from lightning_perf.collect import compile_events
 from lightning_perf.collect.cuda_events import CudaStepEvents
-from lightning_perf.collect.long_run import LongRunWatch
-from lightning_perf.collect.profiler_window import ProfilerWindow
+from lightning_perf.collect.profiling import trace_ranks as trace_policy
+from lightning_perf.collect.profiling.profiler_window import ProfilerWindow
 from lightning_perf.collect.sampling.machine_state import MachineWatch
-from lightning_perf.collect.step_clock import StepClock
+from lightning_perf.collect.steps import fetch_timing
+from lightning_perf.collect.steps.long_run import LongRunWatch
+from lightning_perf.collect.steps.step_clock import StepClock
 from lightning_perf.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -17,12 +17,12 @@ from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.atomic_file import describe_os_error
+from lightning_perf.collect.profiling.schedule import ProfileSchedule
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.sampling.machine_state import with_gpu_clocks
-from lightning_perf.collect.schedule import ProfileSchedule
 from lightning_perf.collect.settings_fingerprint import collect_settings, train_dataloader
-from lightning_perf.collect.step_clock import STEP_TIME_MS
+from lightning_perf.collect.steps.step_clock import STEP_TIME_MS
 from lightning_perf.output import loggers as tensorboard
 from lightning_perf.output import trace_findings
 from lightning_perf.probes.cudnn_benchmark import BatchSpec, run_on_ranks

@@ -32,8 +32,8 @@ log = logging.getLogger("lightning_perf")
 
 def read_cycles(trainer: Any, cycles: list[tuple[str, int]], summary: RunSummary) -> None:
     """Figures of each ``(trace path, global step)`` into ``summary``; busy shares logged (fit only)."""
-    from lightning_perf.traces.gpu_figures import trace_figures
-    from lightning_perf.traces.spans import load_trace
+    from lightning_perf.traces.figures.gpu_figures import trace_figures
+    from lightning_perf.traces.read.loader import load_trace
 
     for path, step in cycles:
         try:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_perf import console
 from lightning_perf.analysis.metrics import EVENTS_TEXT
 from lightning_perf.collect.rank_exchange import WINDOW, RankReducer, reduce_window
-from lightning_perf.collect.step_clock import EPOCH_START_MS, STEP_TIME_MS
+from lightning_perf.collect.steps.step_clock import EPOCH_START_MS, STEP_TIME_MS
 from lightning_perf.output import loggers
 
 log = console.logger(__name__)

@@ -16,8 +16,8 @@ from typing import Any
 
 from lightning_perf import console
 from lightning_perf.atomic_file import atomic_open, atomic_path, describe_os_error
-from lightning_perf.traces.analysis import span_of
-from lightning_perf.traces.reader import TraceReader
+from lightning_perf.traces.figures.analysis import span_of
+from lightning_perf.traces.read.reader import TraceReader
 
 log = console.logger(__name__)
 
@@ -105,7 +105,7 @@ def trace_to_speedscope(trace_path: str | os.PathLike[str], out_path: str | os.P
     clock skew, async ranges on one thread) are clipped to their parent: an event ends no later than the
     enclosing one, so it keeps its start and name and loses only the overhanging tail. Events with impossible
     times (missing, negative or not finite) are left out with one warning. Streams the trace;
-    :class:`~lightning_perf.traces.reader.TraceError` naming the file on bad input.
+    :class:`~lightning_perf.traces.read.reader.TraceError` naming the file on bad input.
     """
     trace_path, out_path = os.fspath(trace_path), os.fspath(out_path)
     frames: dict[str, int] = {}

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.cli import main
-from lightning_perf.collect.capture_request import REQUEST_FILENAME, RequestInbox, write_request
+from lightning_perf.collect.profiling.capture_request import REQUEST_FILENAME, RequestInbox, write_request
 from tests.helpers import FEATURES, TinyModel, load_trace, step_spans, trainer
 
 WINDOW = 5  # log_every_n_steps: steps per logging window

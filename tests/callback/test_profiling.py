@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lightning_perf import PerfCallback
-from lightning_perf.collect.profiler_window import profiler_enabled, worker_name
+from lightning_perf.collect.profiling.profiler_window import profiler_enabled, worker_name
 from tests.helpers import (
     SleepyIterable,
     TinyModel,

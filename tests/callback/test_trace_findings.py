@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.output import trace_findings
-from lightning_perf.traces.report import find_traces
+from lightning_perf.traces.report.build import find_traces
 from tests.callback.test_diagnosis import diagnosis_text
 from tests.helpers import TinyModel, loader, trainer
 

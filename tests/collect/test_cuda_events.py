@@ -9,10 +9,10 @@ import torch
 
 from lightning_perf.collect.config import PerfConfig
 from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
-from lightning_perf.collect.profiler_window import ProfilerWindow
+from lightning_perf.collect.profiling.profiler_window import ProfilerWindow
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.settings_fingerprint import collect_settings
-from lightning_perf.collect.step_clock import DATA_WAIT_PCT, StepClock
+from lightning_perf.collect.steps.step_clock import DATA_WAIT_PCT, StepClock
 
 
 class FakeStream:

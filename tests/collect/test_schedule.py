@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerAction
 
-from lightning_perf.collect.schedule import ProfileSchedule
+from lightning_perf.collect.profiling.schedule import ProfileSchedule
 
 GRID = [
     dict(skip_first=0, wait=0, warmup=1, active=1, repeat=0),

@@ -4,9 +4,9 @@ count the callback checks after every batch."""
 import pytest
 import torch
 
-from lightning_perf.collect import fetch_timing
 from lightning_perf.collect.run_state import PerfSession
-from lightning_perf.collect.step_clock import SAMPLES_PER_SEC, STEP_TIME_MS, StepClock
+from lightning_perf.collect.steps import fetch_timing
+from lightning_perf.collect.steps.step_clock import SAMPLES_PER_SEC, STEP_TIME_MS, StepClock
 
 
 class ListFetcher:

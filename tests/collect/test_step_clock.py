@@ -2,7 +2,7 @@
 
 import pytest
 
-from lightning_perf.collect.step_clock import (
+from lightning_perf.collect.steps.step_clock import (
     BATCHES_PER_SEC,
     COMPUTE_MS,
     DATA_WAIT_MS,

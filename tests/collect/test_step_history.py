@@ -8,9 +8,9 @@ from ddsketch import DDSketch
 from ddsketch.mapping import LogarithmicMapping
 
 from lightning_perf.analysis.summary import MAX_SAMPLES, RunSummary, TimingSummary
-from lightning_perf.collect import step_clock
-from lightning_perf.collect.step_clock import STEP_TIME_MS, StepClock
-from lightning_perf.collect.step_history import SKETCH_RELATIVE_ACCURACY, StepQuantiles
+from lightning_perf.collect.steps import step_clock
+from lightning_perf.collect.steps.step_clock import STEP_TIME_MS, StepClock
+from lightning_perf.collect.steps.step_history import SKETCH_RELATIVE_ACCURACY, StepQuantiles
 
 BOUND = 1_000  # small bound: the same code path as 250,000 steps, in a fraction of a second
 WINDOW = 100

@@ -6,7 +6,13 @@ import pytest
 
 from lightning_perf import PerfCallback
 from lightning_perf.collect.config import PerfConfig
-from lightning_perf.collect.trace_ranks import AUTO_ALL_RANKS, describe, node_starts, ranks_to_trace, validate
+from lightning_perf.collect.profiling.trace_ranks import (
+    AUTO_ALL_RANKS,
+    describe,
+    node_starts,
+    ranks_to_trace,
+    validate,
+)
 from lightning_perf.errors import ConfigError
 from tests.helpers import TinyModel, loader, trace_files, trainer
 
@@ -99,7 +105,7 @@ def test_without_the_profiler_no_rank_traces(tmp_path):
 
 
 def test_the_trace_budget_warning_names_the_rank_and_the_ranks_that_record(tmp_path, caplog):
-    from lightning_perf.collect.profiler_window import ProfilerWindow
+    from lightning_perf.collect.profiling.profiler_window import ProfilerWindow
 
     recording = describe(ranks_to_trace(16, 8), 16)
     window = ProfilerWindow(

@@ -14,8 +14,8 @@ import torch
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.atomic_file import TEMP_SUFFIX
-from lightning_perf.collect.profiler_window import profiler_enabled
-from lightning_perf.traces.reader import read_metadata
+from lightning_perf.collect.profiling.profiler_window import profiler_enabled
+from lightning_perf.traces.read.reader import read_metadata
 from tests.helpers import TinyModel, loader, trainer
 
 SAMPLER_THREAD = "lightning_perf-util-sampler"

@@ -17,7 +17,7 @@ from lightning_perf import PerfCallback
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.collect.sampling import utilization
 from lightning_perf.errors import ConfigError
-from lightning_perf.traces.reader import iter_events
+from lightning_perf.traces.read.reader import iter_events
 from tests.fake_nvml import FakeGpu, FakeNvml, NVMLError_GpuIsLost
 from tests.faults.checks import BATCHES, CYCLE, QUIET, TIMED_STEPS, check_all, seeded_fit
 from tests.helpers import SleepyDataset, TinyModel, loader, trainer

@@ -63,7 +63,7 @@ def test_a_fault_inside_the_trace_export(
 ):
     import torch
 
-    from lightning_perf.traces import reader
+    from lightning_perf.traces.read import reader
 
     def broken(*args, **kwargs):
         raise fault

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lightning_perf.analysis.summary import RunSummary
-from lightning_perf.collect.schedule import ProfileSchedule
+from lightning_perf.collect.profiling.schedule import ProfileSchedule
 from tests.helpers import lightning_before, load_trace, step_spans, trace_files
 from tests.launchers.procs import ddp_job, torchrun_job
 

@@ -18,10 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning_perf.traces.analysis import cpu_operator_stats, kernel_busy_pct, kernel_stats, step_breakdown
-from lightning_perf.traces.gpu_figures import trace_figures
-from lightning_perf.traces.report import build_report, find_traces
-from lightning_perf.traces.spans import load_trace
+from lightning_perf.traces.figures.analysis import (
+    cpu_operator_stats,
+    kernel_busy_pct,
+    kernel_stats,
+    step_breakdown,
+)
+from lightning_perf.traces.figures.gpu_figures import trace_figures
+from lightning_perf.traces.read.loader import load_trace
+from lightning_perf.traces.report.build import build_report, find_traces
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REALTRACES = Path(__file__).resolve().parents[2].parent / "shared" / "realtraces"

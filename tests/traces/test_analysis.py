@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from lightning_perf.traces import analysis as trace_analysis
-from lightning_perf.traces import reader as traces
-from lightning_perf.traces.spans import gc_paused
+from lightning_perf.traces.figures import analysis as trace_analysis
+from lightning_perf.traces.read import reader as traces
+from lightning_perf.traces.read.spans import gc_paused
 from tests.helpers import DATALOADER, plugin_profile, profile_tiny_loop
 
 

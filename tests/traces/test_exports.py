@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lightning_perf.traces import exports
-from lightning_perf.traces.reader import TraceError, iter_events
+from lightning_perf.traces.read.reader import TraceError, iter_events
 from tests.helpers import assert_valid_speedscope, profile_tiny_loop
 
 COLLAPSED_LINE = re.compile(r"^[^;\n]+(;[^;\n]+)* \d+$")

@@ -7,9 +7,13 @@ import json
 
 import pytest
 
-from lightning_perf.traces.gpu_figures import is_tensor_core_eligible, trace_figures, uses_tensor_cores
-from lightning_perf.traces.gpu_timeline import busy_pct
-from lightning_perf.traces.spans import load_trace
+from lightning_perf.traces.figures.gpu_figures import (
+    is_tensor_core_eligible,
+    trace_figures,
+    uses_tensor_cores,
+)
+from lightning_perf.traces.figures.gpu_timeline import busy_pct
+from lightning_perf.traces.read.loader import load_trace
 
 # category names of the two dialects: torch 1.9 and torch >= 1.10
 OLD = {"op": "Operator", "kernel": "Kernel", "runtime": "Runtime", "memcpy": "Memcpy", "step": "Operator"}

@@ -1,4 +1,4 @@
-"""Interval arithmetic (``traces/intervals.py``) against point-by-point set semantics, on Hypothesis' lists."""
+"""Interval arithmetic (``traces/figures/intervals.py``) against point-by-point set semantics, on Hypothesis' lists."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lightning_perf.traces import intervals
-from lightning_perf.traces.intervals import (
+from lightning_perf.traces.figures import intervals
+from lightning_perf.traces.figures.intervals import (
     clipped_lengths,
     intersect_ranges,
     merge_ranges,

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from lightning_perf import cli
-from lightning_perf.traces.parallel_reader import check_jobs, default_jobs, map_traces
-from lightning_perf.traces.reader import TraceError, rewrite_trace
-from lightning_perf.traces.report import build_report, find_traces
+from lightning_perf.traces.read.parallel_reader import check_jobs, default_jobs, map_traces
+from lightning_perf.traces.read.reader import TraceError, rewrite_trace
+from lightning_perf.traces.report.build import build_report, find_traces
 
 # file names whose order is not the ranks' order (rank-10 sorts before rank-2)
 RANKS = (10, 2, 1)

@@ -12,9 +12,9 @@ import tracemalloc
 import pytest
 import torch
 
-from lightning_perf.traces import analysis as trace_analysis
-from lightning_perf.traces import reader as traces
-from lightning_perf.traces.reader import TraceError
+from lightning_perf.traces.figures import analysis as trace_analysis
+from lightning_perf.traces.read import reader as traces
+from lightning_perf.traces.read.reader import TraceError
 from tests.helpers import DATALOADER, plugin_profile, profile_tiny_loop
 
 

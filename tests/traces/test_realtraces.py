@@ -12,9 +12,9 @@ import pytest
 
 from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
-from lightning_perf.traces.gpu_figures import trace_figures
-from lightning_perf.traces.report import build_report, find_traces
-from lightning_perf.traces.spans import load_trace
+from lightning_perf.traces.figures.gpu_figures import trace_figures
+from lightning_perf.traces.read.loader import load_trace
+from lightning_perf.traces.report.build import build_report, find_traces
 
 
 @functools.cache

@@ -11,8 +11,8 @@ import pytest
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, TimingSummary
 from lightning_perf.cli import report as report_command
-from lightning_perf.traces import analysis as trace_analysis
-from lightning_perf.traces import report
+from lightning_perf.traces.figures import analysis as trace_analysis
+from lightning_perf.traces.report import build as report
 from tests.helpers import profile_tiny_loop
 
 

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from lightning_perf import cli
-from lightning_perf.traces.report_ranks import detailed_ranks
-from lightning_perf.traces.report_render import render_markdown, render_text
+from lightning_perf.traces.report.ranks import detailed_ranks
+from lightning_perf.traces.report.render import render_markdown, render_text
 from tests.traces.rank_folder import build_rank_folder
 
 TITLE = re.compile(r"^Trace \S+ \(\d+ steps, rank (\d+),", re.MULTILINE)

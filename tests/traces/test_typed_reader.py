@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from lightning_perf.traces import reader as traces
-from lightning_perf.traces.event_types import decode_events
-from lightning_perf.traces.report import find_traces
-from lightning_perf.traces.spans import PYTHON_FUNCTION_CAT, _add_memory_event, load_trace, span_of
+from lightning_perf.traces.read import reader as traces
+from lightning_perf.traces.read.event_types import decode_events
+from lightning_perf.traces.read.loader import _add_memory_event, load_trace
+from lightning_perf.traces.read.spans import PYTHON_FUNCTION_CAT, span_of
+from lightning_perf.traces.report.build import find_traces
 
 NORMAL = {
     "ph": "X",

@@ -3,11 +3,11 @@
 PATH is a run dir, any folder or one trace file. Every Chrome/Kineto trace directly in the folder counts,
 recognised by its content whatever its name (``*.pt.trace.json[.gz]``, HTA's ``rank-N.json.gz``, ``test.json.gz``);
 other JSON (``perf_summary.json``, hparams) is skipped silently. For every trace (one profiled cycle each): the
-figures of :func:`lightning_perf.traces.gpu_figures.trace_figures` (GPU timeline, blocking calls, copies, tensor
+figures of :func:`lightning_perf.traces.figures.gpu_figures.trace_figures` (GPU timeline, blocking calls, copies, tensor
 cores, memory) and their findings (:mod:`lightning_perf.analysis.rules.trace`); several ranks get a cross-rank
 table. Also the time of each ProfilerStep split
 into torch-tb-profiler's Overview categories (DataLoader, CPU Exec, Kernel, Memcpy, Memset, Communication,
-Runtime, Other; see :func:`lightning_perf.traces.analysis.step_breakdown`) and their averages, the top
+Runtime, Other; see :func:`lightning_perf.traces.figures.analysis.step_breakdown`) and their averages, the top
 operators by self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings
 of ``perf_summary.json`` when there is one. ``--format json`` is machine-readable with stable keys.
 
@@ -30,7 +30,7 @@ from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.errors import LightningPerfError
-from lightning_perf.traces.analysis import (
+from lightning_perf.traces.figures.analysis import (
     CATEGORIES,
     OperatorStat,
     cpu_operator_stats,
@@ -39,12 +39,12 @@ from lightning_perf.traces.analysis import (
     load_trace,
     step_breakdown,
 )
-from lightning_perf.traces.gpu_figures import trace_figures
-from lightning_perf.traces.parallel_reader import check_jobs, map_traces
-from lightning_perf.traces.reader import GZIP_MAGIC, TraceError
-from lightning_perf.traces.report_changes import cycle_changes
-from lightning_perf.traces.report_ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
-from lightning_perf.traces.spans import gc_paused
+from lightning_perf.traces.figures.gpu_figures import trace_figures
+from lightning_perf.traces.read.parallel_reader import check_jobs, map_traces
+from lightning_perf.traces.read.reader import GZIP_MAGIC, TraceError
+from lightning_perf.traces.read.spans import gc_paused
+from lightning_perf.traces.report.changes import cycle_changes
+from lightning_perf.traces.report.ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 TORCH_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")

@@ -1,8 +1,8 @@
 """A trace's spans as numpy columns: the filters and interval sums of the analyses without a Python step a span.
 
-:func:`columns_of` turns a list of :class:`~lightning_perf.traces.spans.Span` tuples into :class:`SpanColumns`
+:func:`columns_of` turns a list of :class:`~lightning_perf.traces.read.spans.Span` tuples into :class:`SpanColumns`
 (start, end, category and name codes) in C loops (``map`` over ``itemgetter``; about 30 ns a span and column),
-once per list that :func:`~lightning_perf.traces.spans.load_trace` made. A question about a category or a name
+once per list that :func:`~lightning_perf.traces.read.loader.load_trace` made. A question about a category or a name
 ("is it a kernel", "is it NCCL") is then asked once per distinct value, a few hundred, and spread over the spans
 by indexing. The span tuples stay what the nesting walks (operators around runtime calls) read.
 """
@@ -17,8 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.intervals import Intervals, merge
-from lightning_perf.traces.spans import PROFILER_STEP_PREFIX, Span, SpanList, StepSpan, as_spans, step_spans
+from lightning_perf.traces.figures.intervals import Intervals, merge
+from lightning_perf.traces.read.spans import (
+    PROFILER_STEP_PREFIX,
+    Span,
+    SpanList,
+    StepSpan,
+    as_spans,
+    step_spans,
+)
 
 _NAME, _CAT, _START, _END = (operator.itemgetter(i) for i in range(4))
 _EXTERNAL_ID, _CORRELATION = operator.itemgetter(6), operator.itemgetter(7)
@@ -134,6 +141,6 @@ def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:
 
 
 def host_steps(spans: Iterable[Mapping[str, Any] | Span]) -> list[StepSpan]:
-    """:func:`~lightning_perf.traces.spans.step_spans`, looking only at the spans named ProfilerStep#."""
+    """:func:`~lightning_perf.traces.read.spans.step_spans`, looking only at the spans named ProfilerStep#."""
     cols = columns_of(spans)
     return step_spans(cols.picked(cols.where_name(lambda name: name.startswith(PROFILER_STEP_PREFIX))))

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.columns import SpanColumns, columns_of
-from lightning_perf.traces.intervals import Intervals, clipped_lengths, intersect, merge, subtract
-from lightning_perf.traces.reader import USER_ANNOTATION_CAT, is_dataloader_span
-from lightning_perf.traces.spans import (
+from lightning_perf.traces.figures.intervals import Intervals, clipped_lengths, intersect, merge, subtract
+from lightning_perf.traces.read.columns import SpanColumns, columns_of
+from lightning_perf.traces.read.reader import USER_ANNOTATION_CAT, is_dataloader_span
+from lightning_perf.traces.read.spans import (
     COMMUNICATION_OP_NAMES,
     KERNEL_CATS,
     MEMCPY_CATS,

@@ -22,10 +22,8 @@ import numpy as np
 
 from lightning_perf.analysis.numbers import BYTES_PER_GB, BYTES_PER_MB
 from lightning_perf.analysis.trace_figures import BlockingCall, MemcpyKind, TraceFigures
-from lightning_perf.traces.breakdown import CATEGORIES, Breakdown, step_breakdown
-from lightning_perf.traces.columns import SpanColumns, columns_of
-from lightning_perf.traces.columns import host_steps as steps_of_host
-from lightning_perf.traces.gpu_timeline import (
+from lightning_perf.traces.figures.breakdown import CATEGORIES, Breakdown, step_breakdown
+from lightning_perf.traces.figures.gpu_timeline import (
     busy_pct,
     exposed_communication_us,
     gpu_timeline,
@@ -33,16 +31,18 @@ from lightning_perf.traces.gpu_timeline import (
     is_communication_kernel,
     window_of,
 )
-from lightning_perf.traces.host_calls import (
+from lightning_perf.traces.figures.host_calls import (
     blocking_calls,
     blocking_mask,
     in_host_steps,
     is_launch,
     issuing_operators,
 )
-from lightning_perf.traces.intervals import Intervals, intersect, ordered_sum, subtract
-from lightning_perf.traces.reader import is_dataloader_span
-from lightning_perf.traces.spans import (
+from lightning_perf.traces.figures.intervals import Intervals, intersect, ordered_sum, subtract
+from lightning_perf.traces.read.columns import SpanColumns, columns_of
+from lightning_perf.traces.read.columns import host_steps as steps_of_host
+from lightning_perf.traces.read.reader import is_dataloader_span
+from lightning_perf.traces.read.spans import (
     KERNEL_CATS,
     MEMCPY_CATS,
     OPERATOR_CATS,

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from lightning_perf.traces.columns import SpanColumns, columns_of
-from lightning_perf.traces.spans import (
+from lightning_perf.traces.read.columns import SpanColumns, columns_of
+from lightning_perf.traces.read.spans import (
     MEMCPY_CATS,
     OPERATOR_CATS,
     PROFILER_STEP_PREFIX,

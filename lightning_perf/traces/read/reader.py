@@ -1,7 +1,7 @@
 """Reading and rewriting torch.profiler Chrome traces (``*.pt.trace.json[.gz]``).
 
 The parsing half of the trace code; the analyses that read parsed data live in
-:mod:`lightning_perf.traces.analysis` (HolisticTraceAnalysis style: parsing kept apart from analyses):
+:mod:`lightning_perf.traces.figures.analysis` (HolisticTraceAnalysis style: parsing kept apart from analyses):
 
 - parsing: :class:`TraceReader` streams the events of ``traceEvents`` (plain or gzip), a read chunk's worth
   decoded at a time, and gives the top-level metadata, never holding the decompressed file or the whole event
@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.atomic_file import atomic_path
-from lightning_perf.traces.json_scanner import (
+from lightning_perf.traces.read.json_scanner import (
     EVENT,
     EVENTS_START,
     JsonScanner,

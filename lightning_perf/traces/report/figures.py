@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_perf.traces.report_ranks import SPREAD_FIGURES
+from lightning_perf.traces.report.ranks import SPREAD_FIGURES
 
 
 def _f(value: float | None, unit: str = "") -> str:

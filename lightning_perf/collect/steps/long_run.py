@@ -3,7 +3,7 @@
 Called from the window flush (:func:`lightning_perf.output.windows.flush`) with the window's figures, so it
 costs nothing per batch: one point appended to the change-point detector
 (:mod:`lightning_perf.analysis.changepoint`) and one ``stat`` for a capture request
-(:mod:`lightning_perf.collect.capture_request`). Rank zero decides, from the figures gathered over all ranks,
+(:mod:`lightning_perf.collect.profiling.capture_request`). Rank zero decides, from the figures gathered over all ranks,
 and the decision reaches every rank through the cross-rank exchange, so under DDP every rank records the extra
 cycle at the same batch. Extra cycles are named ``<worker>_slowdown`` and ``<worker>_capture``, stay within
 ``max_trace_mb``, and at most :data:`MAX_SLOWDOWN_CYCLES` are recorded for slowdowns in one run.
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.changepoint import Slowdown, SlowdownDetector, WindowPoint
-from lightning_perf.collect.capture_request import RequestInbox
+from lightning_perf.collect.profiling.capture_request import RequestInbox
 
 if TYPE_CHECKING:
     from lightning_perf.collect.config import PerfConfig
-    from lightning_perf.collect.profiler_window import ProfilerWindow
+    from lightning_perf.collect.profiling.profiler_window import ProfilerWindow
     from lightning_perf.collect.rank_exchange import RankReducer
 
 log = console.logger(__name__)

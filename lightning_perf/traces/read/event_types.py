@@ -4,8 +4,8 @@ Decoding a batch of events straight into these Structs skips building a Python d
 reads (most of a Kineto event: shapes, stream, device, flow ids...); on shared/realtraces it decodes several
 times faster than :mod:`json`. The types are strict on purpose: a value of another type (a string pid, a bool
 ts, a null dur, an args that is not an object), NaN or a control character in a string fails the batch, which
-:class:`~lightning_perf.traces.json_scanner.JsonScanner` then decodes with :mod:`json` into dicts as before,
-so every file read before is read the same (the loader of :mod:`~lightning_perf.traces.spans` treats the rare
+:class:`~lightning_perf.traces.read.json_scanner.JsonScanner` then decodes with :mod:`json` into dicts as before,
+so every file read before is read the same (the loader of :mod:`~lightning_perf.traces.read.spans` treats the rare
 events these Structs cannot tell apart, like a complete event without ts, the same way).
 
 Imports msgspec only.

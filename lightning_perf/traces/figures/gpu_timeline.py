@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.columns import columns_of
-from lightning_perf.traces.host_calls import step_index
-from lightning_perf.traces.intervals import NO_INTERVALS, Intervals, intersect, subtract
-from lightning_perf.traces.intervals import window as intervals_window
-from lightning_perf.traces.spans import (
+from lightning_perf.traces.figures.host_calls import step_index
+from lightning_perf.traces.figures.intervals import NO_INTERVALS, Intervals, intersect, subtract
+from lightning_perf.traces.figures.intervals import window as intervals_window
+from lightning_perf.traces.read.columns import columns_of
+from lightning_perf.traces.read.spans import (
     KERNEL_CATS,
     MEMCPY_CATS,
     MEMSET_CATS,

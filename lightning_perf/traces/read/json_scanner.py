@@ -1,9 +1,9 @@
 """Whole JSON values, and batches of trace events, out of a text stream read in chunks: the tokenizer under
-:class:`~lightning_perf.traces.reader.TraceReader`.
+:class:`~lightning_perf.traces.read.reader.TraceReader`.
 
 :class:`JsonScanner` keeps one read chunk (and the value it cuts) in memory; :func:`trace_items` walks the top
 level of a Chrome trace with it. Standard library only; a typed decoder (msgspec's, see
-:mod:`lightning_perf.traces.event_types`) can be plugged in for the batches of events.
+:mod:`lightning_perf.traces.read.event_types`) can be plugged in for the batches of events.
 """
 
 from __future__ import annotations

@@ -1,103 +1,38 @@
-"""Parsed trace data: the fields the analyses read, kept as compact tuples.
+"""Loading one trace file into a :class:`~lightning_perf.traces.read.spans.ParsedTrace`.
 
-:func:`load_trace` streams one file through :class:`~lightning_perf.traces.reader.TraceReader` and keeps only
-the complete events as :class:`Span` tuples (:func:`span_of`), the allocator's memory samples and the device
-properties, in a :class:`ParsedTrace`. :func:`step_spans` finds the host-side ProfilerStep#N spans.
+:func:`load_trace` streams the file through :class:`~lightning_perf.traces.read.reader.TraceReader`, a batch of
+events at a time decoded into the typed :class:`~lightning_perf.traces.read.event_types.Event`, and keeps the
+complete events as :class:`~lightning_perf.traces.read.spans.Span` tuples, the allocator's memory samples and the
+top-level metadata. A batch the typed decoding cannot hold exactly goes through :mod:`json`'s dicts instead.
 
-Standard library and msgspec only; imports nothing from torch or Lightning. Times are in microseconds, as in
-the trace.
+Standard library, msgspec and numpy; imports nothing from torch or Lightning.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
-import math
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from msgspec import UNSET
 
-from lightning_perf.analysis.numbers import finite
-from lightning_perf.traces.event_types import Event, decode_events
-from lightning_perf.traces.reader import DISTRIBUTED_INFO_KEY, TraceReader
-
-# Category names, lower-cased (torch-tb-profiler lower-cases `cat` before looking it up).
-KERNEL_CATS = frozenset({"kernel"})
-MEMCPY_CATS = frozenset({"memcpy", "gpu_memcpy"})
-MEMSET_CATS = frozenset({"memset", "gpu_memset"})
-# "runtime" is the only name torch-tb-profiler 0.4.3 knows; torch 2.x writes cuda_runtime / cuda_driver.
-RUNTIME_CATS = frozenset({"runtime", "cuda_runtime", "cuda_driver", "hip_runtime"})
-OPERATOR_CATS = frozenset({"cpu_op", "operator", "python"})
-PYTHON_FUNCTION_CAT = "python_function"
-# torch-tb-profiler's event_parser.py: these names are collectives whatever their category.
-COMMUNICATION_OP_NAMES = frozenset(
-    f"{lib}:{op}"
-    for lib in ("nccl", "gloo")
-    for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
+from lightning_perf.traces.read.event_types import Event, decode_events
+from lightning_perf.traces.read.reader import TraceReader
+from lightning_perf.traces.read.spans import (
+    CUDA_DEVICE_TYPE,
+    MEMORY_EVENT_NAME,
+    PYTHON_FUNCTION_CAT,
+    MemorySample,
+    ParsedTrace,
+    Span,
+    SpanList,
+    gc_paused,
+    span_of,
 )
-PROFILER_STEP_PREFIX = "ProfilerStep#"
-# Allocator samples: instant events named "[memory]" (profile_memory=True). "Total Allocated" since torch 1.10;
-# torch 1.9 wrote only the change ("Bytes"). Device Type is c10's DeviceType: 0 CPU, 1 CUDA (ROCm reports 1 too).
-MEMORY_EVENT_NAME = "[memory]"
-CUDA_DEVICE_TYPE = 1
-# Two float timestamps closer than this are the same instant: ts ~5e12 us carries ~0.001 us of rounding.
-TIME_TOLERANCE_US = 0.01
-
-# ---------------------------------------------------------------------------------------------------------
-# Parsed data: the fields the analyses read
-# ---------------------------------------------------------------------------------------------------------
-
-
-class Span(NamedTuple):
-    """One complete ('X') event with the fields the analyses read. Times in microseconds."""
-
-    name: str
-    cat: str  # lower-cased
-    start: float
-    end: float
-    pid: Any
-    tid: Any
-    external_id: int | None
-    correlation: int | None
-
-
-def span_of(event: Mapping[str, Any]) -> Span | None:
-    """The span of a complete event; None for any other phase. ValueError when its ts/dur are not numbers."""
-    if event.get("ph") != "X":
-        return None
-    ts = event.get("ts")
-    dur = event.get("dur", 0)
-    try:
-        bad = finite(ts) is None or finite(dur) is None or dur < 0 or not math.isfinite(ts + dur)
-    except OverflowError:  # an integer too large for a float
-        bad = True
-    if bad:
-        raise ValueError(
-            f"event {event.get('name')!r} has no finite ts or no finite dur >= 0: ts={ts!r}, dur={dur!r}"
-        )
-    args = event.get("args")
-    external_id = correlation = None
-    if isinstance(args, dict):
-        external_id = args.get("External id", args.get("external id"))
-        correlation = args.get("correlation")
-    return Span(
-        sys.intern(str(event.get("name", ""))),  # a few hundred distinct names over ~1e5 events
-        sys.intern(str(event.get("cat", "")).lower()),
-        float(ts),
-        float(ts) + float(dur),
-        event.get("pid"),
-        event.get("tid"),
-        external_id,
-        correlation,
-    )
-
 
 # load_trace's shortcut: events whose ts and dur are JSON numbers within this bound are finite, and so are their
 # sums (span_of checks every other event)
@@ -105,63 +40,6 @@ _PLAIN_NUMBERS = (int, float)
 _PLAIN_LIMIT = 1e300
 _new_tuple = tuple.__new__  # a Span without the Python-level __new__ of NamedTuple (same tuple)
 intern = sys.intern
-
-
-class MemorySample(NamedTuple):
-    """One allocator event on a GPU: bytes allocated after it (a running sum of changes when the trace has no
-    totals: then relative to the first sample)."""
-
-    ts: float
-    device: int
-    allocated: float
-
-
-@dataclass
-class ParsedTrace:
-    """What :func:`load_trace` keeps of one trace file."""
-
-    path: str
-    metadata: dict[str, Any]
-    # complete events but python_function ones (no analysis reads them; they are most of a with_stack trace)
-    spans: list[Span]
-    event_count: int
-    # GPU allocator samples in file order (empty unless the trace was recorded with profile_memory)
-    memory: list[MemorySample] = field(default_factory=list)
-    # the samples are totals ("Total Allocated"), not a running sum of changes from the first one
-    memory_has_totals: bool = False
-    # complete events left out because their ts/dur are missing, negative or not finite, and the first reason
-    skipped_events: int = 0
-    skip_reason: str | None = None
-
-    @property
-    def device_properties(self) -> list[dict[str, Any]]:
-        """torch's ``deviceProperties`` (name, totalGlobalMem, computeMajor, ...), one per visible GPU."""
-        props = self.metadata.get("deviceProperties")
-        return [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-
-    @property
-    def rank(self) -> int | None:
-        info = self.metadata.get(DISTRIBUTED_INFO_KEY)
-        rank = info.get("rank") if isinstance(info, dict) else None
-        return rank if isinstance(rank, int) else None
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside (reference counting still frees everything): reading a trace makes
-    ~1e5 containers that live on, and the collector's passes over them cost a fifth of the time. The events
-    and spans hold no cycles. Nested uses and a collector disabled by the caller are left as they were."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-class SpanList(list):  # type: ignore[type-arg]
-    """The spans :func:`load_trace` made (Span tuples only): :func:`as_spans` takes it without a check."""
 
 
 class _Loaded:
@@ -182,7 +60,7 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
     """Stream one trace file into a :class:`ParsedTrace`. :class:`TraceError` naming the file on bad JSON;
     events with impossible times are skipped and counted (``skipped_events``), never turned into inf/nan.
 
-    The events are decoded a batch at a time into the typed :class:`~lightning_perf.traces.event_types.Event`
+    The events are decoded a batch at a time into the typed :class:`~lightning_perf.traces.read.event_types.Event`
     (the fields read, nothing else); a batch it cannot hold exactly (a value of another type, a complete event
     without finite times) is decoded into dicts and read as before, so the result is the same either way."""
     loaded = _Loaded()
@@ -383,53 +261,3 @@ def _add_memory_sample(
         return False
     memory.append(MemorySample(float(ts), device, float(total)))
     return True
-
-
-def as_spans(events: Iterable[Mapping[str, Any] | Span]) -> list[Span]:
-    """The spans of ``events`` (Span tuples or event dicts) as a list: ``events`` itself when it is a list of
-    Span already (what :func:`load_trace` gives), so the analyses loop over it without a step per span."""
-    if type(events) is SpanList or (isinstance(events, list) and set(map(type, events)) <= {Span}):
-        return events
-    spans = []
-    for event in events:
-        if isinstance(event, Span):
-            spans.append(event)
-        else:
-            span = span_of(event)
-            if span is not None:
-                spans.append(span)
-    return spans
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Analyses
-# ---------------------------------------------------------------------------------------------------------
-
-
-class StepSpan(NamedTuple):
-    step: int
-    start: float
-    end: float
-
-
-def is_step(span: Span) -> bool:
-    # host-side only: torch also mirrors ProfilerStep# onto GPU streams as gpu_user_annotation
-    return span.name.startswith(PROFILER_STEP_PREFIX) and not span.cat.startswith("gpu_")
-
-
-def step_number(name: str) -> int | None:
-    try:
-        return int(name[len(PROFILER_STEP_PREFIX) :])
-    except ValueError:
-        return None
-
-
-def step_spans(events: Iterable[Mapping[str, Any] | Span]) -> list[StepSpan]:
-    """The host-side ProfilerStep#N spans, sorted by start."""
-    steps = []
-    for span in as_spans(events):
-        if span.name.startswith(PROFILER_STEP_PREFIX) and is_step(span):
-            number = step_number(span.name)
-            if number is not None:
-                steps.append(StepSpan(number, span.start, span.end))
-    return sorted(steps, key=lambda s: s.start)

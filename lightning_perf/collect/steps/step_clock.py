@@ -16,8 +16,8 @@ The first fetch of every epoch (iterator creation, worker start-up) is reported 
 ``epoch_start_ms`` and that batch is left out of the per-step figures. Steps are aggregated per logging
 window (means) and per run (median with its interval, p10, p90). The summary keeps up to
 ``MAX_SAMPLES`` per-step samples (evenly thinned) for the tests ``compare`` runs on them. The arrays here hold
-24 bytes a step, up to :data:`~lightning_perf.collect.step_history.EXACT_STEPS` steps; past that, each logging
-window folds them into a quantile sketch (:mod:`lightning_perf.collect.step_history`), so memory stays flat
+24 bytes a step, up to :data:`~lightning_perf.collect.steps.step_history.EXACT_STEPS` steps; past that, each logging
+window folds them into a quantile sketch (:mod:`lightning_perf.collect.steps.step_history`), so memory stays flat
 over ten million steps. No Lightning import; no device synchronisation.
 
 On CUDA a :class:`~lightning_perf.collect.cuda_events.CudaStepEvents` rides along (``gpu``): the same
@@ -33,7 +33,7 @@ from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import Distribution, TimingSummary, thinned
 from lightning_perf.analysis.verdicts.statistics import share_interval
 from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
-from lightning_perf.collect.step_history import (
+from lightning_perf.collect.steps.step_history import (
     EXACT_STEPS,
     SKETCH_RELATIVE_ACCURACY,
     FoldedSteps,

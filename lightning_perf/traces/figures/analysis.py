@@ -1,14 +1,14 @@
 """Analyses over the events of torch.profiler Chrome traces, and the names of the trace modules in one place.
 
-The analysis half of the trace code; :mod:`lightning_perf.traces.reader` reads and rewrites the files
+The analysis half of the trace code; :mod:`lightning_perf.traces.read.reader` reads and rewrites the files
 (HolisticTraceAnalysis style: parsing kept apart from the analyses that read parsed data):
 
-- parsed data (:mod:`~lightning_perf.traces.spans`): :func:`load_trace`, :class:`Span`, :class:`ParsedTrace`;
-- interval arithmetic (:mod:`~lightning_perf.traces.intervals`);
-- the Overview breakdown of torch-tb-profiler (:mod:`~lightning_perf.traces.breakdown`): :func:`step_breakdown`;
+- parsed data (:mod:`~lightning_perf.traces.read.spans`, :mod:`~lightning_perf.traces.read.loader`): :func:`load_trace`, :class:`Span`, :class:`ParsedTrace`;
+- interval arithmetic (:mod:`~lightning_perf.traces.figures.intervals`);
+- the Overview breakdown of torch-tb-profiler (:mod:`~lightning_perf.traces.figures.breakdown`): :func:`step_breakdown`;
 - here: :func:`kernel_busy_pct` (its "GPU Utilization"), :func:`cpu_operator_stats` and :func:`kernel_stats`;
-- the GPU timeline (:mod:`~lightning_perf.traces.gpu_timeline`) and the figures an expert reads
-  (:mod:`~lightning_perf.traces.gpu_figures`).
+- the GPU timeline (:mod:`~lightning_perf.traces.figures.gpu_timeline`) and the figures an expert reads
+  (:mod:`~lightning_perf.traces.figures.gpu_figures`).
 
 Standard library only; imports nothing from torch or Lightning. Times are in microseconds, as in the trace.
 """
@@ -22,15 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.breakdown import (
+from lightning_perf.traces.figures.breakdown import (
     CATEGORIES,
     CATEGORY_LABELS,
     Breakdown,
     StepBreakdown,
     step_breakdown,
 )
-from lightning_perf.traces.columns import SpanColumns, columns_of
-from lightning_perf.traces.intervals import (
+from lightning_perf.traces.figures.intervals import (
     Ranges,
     intersect,
     intersect_ranges,
@@ -38,9 +37,11 @@ from lightning_perf.traces.intervals import (
     ranges_length,
     subtract_ranges,
 )
-from lightning_perf.traces.intervals import window as intervals_window
-from lightning_perf.traces.reader import USER_ANNOTATION_CAT
-from lightning_perf.traces.spans import (
+from lightning_perf.traces.figures.intervals import window as intervals_window
+from lightning_perf.traces.read.columns import SpanColumns, columns_of
+from lightning_perf.traces.read.loader import load_trace
+from lightning_perf.traces.read.reader import USER_ANNOTATION_CAT
+from lightning_perf.traces.read.spans import (
     KERNEL_CATS,
     OPERATOR_CATS,
     PROFILER_STEP_PREFIX,
@@ -48,7 +49,6 @@ from lightning_perf.traces.spans import (
     ParsedTrace,
     Span,
     StepSpan,
-    load_trace,
     span_of,
     step_spans,
 )

@@ -35,7 +35,7 @@ from lightning_perf.atomic_file import (
     remove_quietly,
     why_unwritable,
 )
-from lightning_perf.collect.schedule import ProfileSchedule
+from lightning_perf.collect.profiling.schedule import ProfileSchedule
 
 if TYPE_CHECKING:
     from lightning_perf.collect.config import PerfConfig
@@ -323,7 +323,7 @@ class ProfilerWindow:
         return TraceFile(path=os.path.basename(final_path), steps=steps, bytes=size)
 
     def _finalize(self, raw_path: str, final_path: str) -> int:
-        from lightning_perf.traces.reader import rewrite_trace
+        from lightning_perf.traces.read.reader import rewrite_trace
 
         try:
             return rewrite_trace(

@@ -1,6 +1,6 @@
 """Bounded memory for a run's per-step times: every step exactly up to a bound, a quantile sketch past it.
 
-:class:`~lightning_perf.collect.step_clock.StepClock` keeps each step's time, DataLoader wait and batch size in
+:class:`~lightning_perf.collect.steps.step_clock.StepClock` keeps each step's time, DataLoader wait and batch size in
 arrays (24 bytes a step). A run of ten million steps would hold 240 MB, so once the arrays pass
 :data:`EXACT_STEPS`, the next logging window folds them into :class:`FoldedSteps`: exact sums, counts, minimum
 and maximum, a DDSketch (the ``ddsketch`` library: mergeable, relative-error quantiles) of step time, wait and

@@ -1,16 +1,16 @@
 """The report's "what changed" view: each extra profiler cycle (recorded on a slowdown, or on
 ``lightning-perf capture``) set beside the run's first scheduled cycle of the same rank, category by category of
-the step breakdown (DataLoader, CPU Exec, Kernel, ...: :data:`lightning_perf.traces.breakdown.CATEGORIES`).
+the step breakdown (DataLoader, CPU Exec, Kernel, ...: :data:`lightning_perf.traces.figures.breakdown.CATEGORIES`).
 
 Extra cycles are known by their file name: ``<worker>_slowdown.<ns>.pt.trace.json.gz`` and
-``<worker>_capture.<ns>...`` (:mod:`lightning_perf.collect.long_run`).
+``<worker>_capture.<ns>...`` (:mod:`lightning_perf.collect.steps.long_run`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lightning_perf.traces.breakdown import CATEGORIES, CATEGORY_LABELS
+from lightning_perf.traces.figures.breakdown import CATEGORIES, CATEGORY_LABELS
 
 EXTRA_LABELS = ("slowdown", "capture")
 

@@ -1,4 +1,4 @@
-"""Rendering of the ``lightning-perf report`` data (:func:`lightning_perf.traces.report.build_report`) as text,
+"""Rendering of the ``lightning-perf report`` data (:func:`lightning_perf.traces.report.build.build_report`) as text,
 Markdown or JSON."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
-from lightning_perf.traces.breakdown import CATEGORIES, CATEGORY_LABELS
-from lightning_perf.traces.report_changes import change_rows, change_title
-from lightning_perf.traces.report_figures import figure_lines, spread_rows
+from lightning_perf.traces.figures.breakdown import CATEGORIES, CATEGORY_LABELS
+from lightning_perf.traces.report.changes import change_rows, change_title
+from lightning_perf.traces.report.figures import figure_lines, spread_rows
 
 NAME_WIDTH = 80
 
@@ -161,7 +161,7 @@ def _trace_text(trace: dict[str, Any]) -> list[str]:
 
 def render_text(report: dict[str, Any], detail: set[int] | None = None) -> str:
     """The report as text. ``detail``: the ranks whose traces are shown in full, after the cross-rank view
-    (:func:`lightning_perf.traces.report_ranks.detailed_ranks`); None: every trace, then the cross-rank view."""
+    (:func:`lightning_perf.traces.report.ranks.detailed_ranks`); None: every trace, then the cross-rank view."""
     out = [f"lightning-perf report: {report['run_dir']}"]
     if report["summary"]:
         out.append(_summary_line(report["summary"]))
