@@ -1,0 +1,134 @@
+"""The walks over span columns against the span-by-span loops they replaced (main at 2cbb404), on Hypothesis'
+spans: nested, touching, zero-length and improperly nested ones (real traces have them: torch-tb-profiler
+complains of "ranges on the same thread should not intersect" on ddp_a100_rank0), ties in start and end, two
+threads. Exact equality: same issuers, same operator totals to the last bit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lightning_perf.traces.figures.analysis import cpu_operator_stats
+from lightning_perf.traces.figures.host_calls import Issuer, issuing_operators
+from lightning_perf.traces.read.columns import columns_of
+from lightning_perf.traces.read.spans import (
+    OPERATOR_CATS,
+    PROFILER_STEP_PREFIX,
+    RUNTIME_CATS,
+    TIME_TOLERANCE_US,
+    Span,
+    SpanList,
+)
+
+NAMES = ["aten::mm", "aten::add", "record", "ProfilerStep#3", "cudaLaunchKernel", "cudaMemcpyAsync"]
+CATS = ["cpu_op", "user_annotation", "cuda_runtime", "kernel", "python"]
+
+span = st.builds(
+    lambda name, cat, start, length, pid, tid, corr: Span(
+        name, cat, start / 4, (start + length) / 4, pid, tid, None, corr
+    ),
+    st.sampled_from(NAMES),
+    st.sampled_from(CATS),
+    st.integers(0, 20),  # a coarse grid: many spans share a start or an end
+    st.integers(0, 6),
+    st.sampled_from([1, "Spans"]),
+    st.sampled_from([7, 8]),
+    st.one_of(st.none(), st.integers(0, 5)),
+)
+
+
+def loop_issuers(spans: list[Span]) -> dict[int, Issuer]:
+    """issuing_operators as it was: per-thread lists, two stable sorts, a stack of spans."""
+    operators: dict[Any, list[Span]] = defaultdict(list)
+    calls: dict[Any, list[Span]] = defaultdict(list)
+    for s in spans:
+        if s.cat in OPERATOR_CATS:
+            if not s.name.startswith(PROFILER_STEP_PREFIX):
+                operators[s[4:6]].append(s)
+        elif s.cat in RUNTIME_CATS:
+            calls[s[4:6]].append(s)
+    found = {}
+    for thread, thread_calls in calls.items():
+        items = operators.get(thread, []) + thread_calls
+        items.sort(key=lambda s: s.end, reverse=True)
+        items.sort(key=lambda s: s.start)
+        stack: list[Span] = []
+        for s in items:
+            while stack and stack[-1].end <= s.start + TIME_TOLERANCE_US:
+                stack.pop()
+            if s.cat not in RUNTIME_CATS:
+                stack.append(s)
+                continue
+            pair = (None, None)
+            for op in reversed(stack):
+                if op.end + TIME_TOLERANCE_US >= s.end:
+                    outer = next(o for o in stack if o.end + TIME_TOLERANCE_US >= s.end)
+                    pair = (op.name, outer.name)
+                    break
+            found[id(s)] = Issuer(*pair)
+    return found
+
+
+def loop_operator_stats(spans: list[Span]) -> list[tuple]:
+    """cpu_operator_stats as it was: a stack walk per thread, each span's totals added as it ends."""
+    by_thread: dict[Any, list[Span]] = defaultdict(list)
+    for s in spans:
+        if s.cat in OPERATOR_CATS or s.cat == "user_annotation":
+            by_thread[s[4:6]].append(s)
+    totals: dict[str, list[Any]] = {}
+
+    def finish(done: Span, self_us: float) -> None:
+        if done.name.startswith(PROFILER_STEP_PREFIX):
+            return
+        total = totals.setdefault(done.name, [0, 0.0, 0.0])
+        total[0] += 1
+        total[1] += max(self_us, 0.0)
+        total[2] += done.end - done.start
+
+    for thread_spans in by_thread.values():
+        thread_spans.sort(key=lambda s: s.end, reverse=True)
+        thread_spans.sort(key=lambda s: s.start)
+        stack: list[list[Any]] = []
+        for s in thread_spans:
+            while stack and stack[-1][0] <= s.start + TIME_TOLERANCE_US:
+                _, self_us, done = stack.pop()
+                finish(done, self_us)
+            if stack and s.end <= stack[-1][0] + TIME_TOLERANCE_US:
+                stack[-1][1] -= s.end - s.start
+            stack.append([s.end, s.end - s.start, s])
+        for _, self_us, done in stack:
+            finish(done, self_us)
+    return sorted(((n, *t) for n, t in totals.items()), key=lambda t: t[2], reverse=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(span, max_size=40))
+def test_the_issuer_walk_over_columns_finds_the_operators_of_the_loop(spans):
+    assert issuing_operators(SpanList(spans)) == loop_issuers(spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(span, max_size=40))
+def test_the_operator_table_over_columns_is_the_loops_to_the_last_bit(spans):
+    stats = [(s.name, s.calls, s.self_us, s.total_us) for s in cpu_operator_stats(SpanList(spans))]
+    assert stats == loop_operator_stats(spans)
+
+
+def test_masks_and_kinds_are_decided_once_per_distinct_value_and_spread_over_the_spans():
+    spans = SpanList(
+        [Span("a", "kernel", 0.0, 1.0, 1, 1, None, 4), Span("b", "cpu_op", 0.5, 2.0, 1, 2, 7, None)] * 3
+    )
+    cols = columns_of(spans)
+    assert cols is columns_of(spans)  # made once for the loader's list
+    asked = []
+    assert cols.where_name(lambda name: asked.append(name) or name == "b").tolist() == [False, True] * 3
+    assert asked == ["a", "b"]
+    assert cols.in_cats({"kernel"}).tolist() == [True, False] * 3
+    assert cols.classify(lambda cat, name: len(cat) + len(name)).tolist() == [7, 7] * 3
+    assert cols.correlation.tolist() == [4, None] * 3 and cols.has_correlation.tolist() == [True, False] * 3
+    assert cols.merged(cols.in_cats({"cpu_op"})).as_ranges() == [(0.5, 2.0)]
+    assert np.unique(cols.thread_code).size == 2
