@@ -69,17 +69,16 @@ class SpanColumns:
 
     def nesting_order(
         self, mask: np.ndarray, before: np.ndarray | None = None
-    ) -> tuple[list[int], list[int]]:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The spans of ``mask`` in the order a walk of their nesting reads them: thread by thread (in the order
         each thread first appears), by start, the longer (enclosing) span first, then ``before`` (spans with
         the smaller value first), then file order. Returns the span indices and each one's thread (its rank)."""
         chosen = np.flatnonzero(mask)
         codes = self.thread_code[chosen]
         distinct, first = np.unique(codes, return_index=True)
-        rank = np.empty(len(codes), dtype=np.int64)  # each span's thread's place in first-seen order
-        rank_of_distinct = np.empty(len(distinct), dtype=np.int64)
-        rank_of_distinct[np.argsort(first, kind="stable")] = np.arange(len(distinct))
-        rank[:] = rank_of_distinct[np.searchsorted(distinct, codes)]
+        place = np.empty(len(distinct), dtype=np.int64)  # each thread's place in first-seen order
+        place[np.argsort(first, kind="stable")] = np.arange(len(distinct))
+        rank = place[np.searchsorted(distinct, codes)]
         keys = [chosen] if before is None else [chosen, before[chosen]]
         order = np.lexsort((*keys, -self.end[chosen], self.start[chosen], rank))
         return chosen[order], rank[order]
