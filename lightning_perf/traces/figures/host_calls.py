@@ -110,7 +110,14 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
             stack.append(name)
             stack_ends.append(end)
             continue
-        pair = _innermost_and_outermost(stack, stack_ends, end)
+        if (
+            stack_ends
+            and stack_ends[-1] + TIME_TOLERANCE_US >= end
+            and stack_ends[0] + TIME_TOLERANCE_US >= end
+        ):
+            pair = (stack[-1], stack[0])  # the common case, inline: the top and the bottom both last
+        else:
+            pair = _innermost_and_outermost(stack, stack_ends, end)
         issuer = issuers.get(pair)
         if issuer is None:
             issuer = issuers[pair] = Issuer(*pair)
