@@ -9,6 +9,7 @@ import json
 import pytest
 
 from lightning_perf.traces.read import reader as traces
+from lightning_perf.traces.read.columns import SpanColumns
 from lightning_perf.traces.read.event_types import decode_events
 from lightning_perf.traces.read.loader import _add_memory_event, load_trace
 from lightning_perf.traces.read.spans import PYTHON_FUNCTION_CAT, span_of
@@ -144,3 +145,54 @@ def test_real_traces_are_mostly_decoded_typed(realtraces):
         sizes = [(len(events), text is not None) for events, text in reader.typed_batches(decode_events)]
     typed = sum(n for n, is_typed in sizes if is_typed)
     assert typed > 0.99 * sum(n for n, _ in sizes)
+
+
+def test_an_allocator_sample_whose_name_is_written_with_escapes_is_read_as_one(tmp_path):
+    """The loader asks the decoded names, not the JSON text, whether an event is an allocator sample."""
+    path = tmp_path / "escaped.json"
+    write_trace(path, unusual=False)
+    sample = (
+        '{"ph": "i", "name": "\\u005bmemory]", "ts": 9, "args": {"Device Type": 1, "Total Allocated": 64}}'
+    )
+    path.write_text(path.read_text().replace("\n]", ",\n" + sample + "\n]"))
+    parsed = load_trace(path)
+    assert [(m.ts, m.allocated) for m in parsed.memory] == [(9.0, 64.0)] and parsed.memory_has_totals
+    assert loaded(path) == by_event_dicts(path)
+
+
+def same_columns(made, remade) -> bool:
+    arrays = ("start", "end", "cat_code", "name_code", "thread_code", "correlation", "external_id")
+    return (
+        made.cats == remade.cats
+        and made.names == remade.names
+        and all(
+            getattr(made, k).dtype == getattr(remade, k).dtype
+            and getattr(made, k).tolist() == getattr(remade, k).tolist()
+            for k in arrays
+        )
+    )
+
+
+@pytest.mark.parametrize("chunk_chars", [1 << 20, 97])
+def test_the_loaders_columns_are_the_columns_of_its_spans(tmp_path, monkeypatch, chunk_chars):
+    """load_trace builds the span columns from the lists it decoded, typed batches and dict batches mixed:
+    they equal the columns made afterwards from the span tuples, code for code."""
+    monkeypatch.setattr(traces, "READ_CHUNK_CHARS", chunk_chars)
+    path = tmp_path / "unusual.json"
+    write_trace(path, unusual=True)
+    parsed = load_trace(path)
+    assert len(parsed.spans.columns) == len(parsed.spans) > 4000
+    assert same_columns(parsed.spans.columns, SpanColumns.of_spans(list(parsed.spans)))
+
+
+def test_the_loaders_columns_of_the_real_traces(realtraces):
+    paths = [
+        path
+        for folder in sorted(realtraces.iterdir())
+        if folder.is_dir()
+        for path in find_traces(str(folder))
+    ]
+    assert len(paths) == 4
+    for path in paths:
+        parsed = load_trace(path)
+        assert same_columns(parsed.spans.columns, SpanColumns.of_spans(list(parsed.spans))), path

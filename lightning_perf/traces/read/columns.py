@@ -1,10 +1,12 @@
 """A trace's spans as numpy columns: the filters and interval sums of the analyses without a Python step a span.
 
-:func:`columns_of` turns a list of :class:`~lightning_perf.traces.read.spans.Span` tuples into :class:`SpanColumns`
-(start, end, category and name codes) in C loops (``map`` over ``itemgetter``; about 30 ns a span and column),
-once per list that :func:`~lightning_perf.traces.read.loader.load_trace` made. A question about a category or a name
-("is it a kernel", "is it NCCL") is then asked once per distinct value, a few hundred, and spread over the spans
-by indexing. The span tuples stay what the nesting walks (operators around runtime calls) read.
+:func:`columns_of` gives the :class:`SpanColumns` of a list of :class:`~lightning_perf.traces.read.spans.Span`
+tuples (start, end, category and name codes, threads and ids): for a list that
+:func:`~lightning_perf.traces.read.loader.load_trace` made, the columns it built from the lists it decoded; for
+any other, columns made from the tuples in C loops (``map`` over ``itemgetter``; about 30 ns a span and column).
+A question about a category or a name ("is it a kernel", "is it NCCL") is then asked once per distinct value, a
+few hundred, and spread over the spans by indexing. The span tuples stay what the nesting walks (operators around
+runtime calls) read.
 """
 
 from __future__ import annotations
@@ -33,15 +35,40 @@ _PID, _TID = operator.itemgetter(4), operator.itemgetter(5)
 
 
 class SpanColumns:
-    """The spans' fields the vectorised analyses read, index for index with the span list."""
+    """The spans' fields the vectorised analyses read, index for index with the span list.
 
-    def __init__(self, spans: list[Span]) -> None:
-        n = len(spans)
+    Made by :meth:`of_spans` from the tuples, or by the loader from the lists it decoded (the same values and
+    codes: each code is the value's place in first-seen order)."""
+
+    def __init__(
+        self,
+        spans: list[Span],
+        start: np.ndarray,
+        end: np.ndarray,
+        cats: list[str],
+        cat_code: np.ndarray,
+        names: list[str],
+        name_code: np.ndarray,
+        **known: np.ndarray,
+    ) -> None:
         self.spans = spans
-        self.start = np.fromiter(map(_START, spans), np.float64, n)
-        self.end = np.fromiter(map(_END, spans), np.float64, n)
-        self.cats, self.cat_code = _codes(list(map(_CAT, spans)))
-        self.names, self.name_code = _codes(list(map(_NAME, spans)))
+        self.start, self.end = start, end
+        self.cats, self.cat_code = cats, cat_code
+        self.names, self.name_code = names, name_code
+        # columns the maker had already (thread_code, correlation, external_id): the cached properties' values
+        self.__dict__.update(known)
+
+    @classmethod
+    def of_spans(cls, spans: list[Span]) -> SpanColumns:
+        """The columns of Span tuples, in C loops (``map`` over ``itemgetter``)."""
+        n = len(spans)
+        return cls(
+            spans,
+            np.fromiter(map(_START, spans), np.float64, n),
+            np.fromiter(map(_END, spans), np.float64, n),
+            *_codes(list(map(_CAT, spans))),
+            *_codes(list(map(_NAME, spans))),
+        )
 
     def __len__(self) -> int:
         return len(self.start)
@@ -63,9 +90,7 @@ class SpanColumns:
     @functools.cached_property
     def thread_code(self) -> np.ndarray:
         """Each span's thread, (pid, tid), as a number that differs between threads."""
-        pid = _codes(list(map(_PID, self.spans)))[1].astype(np.int64)
-        tid = _codes(list(map(_TID, self.spans)))[1].astype(np.int64)
-        return pid * (int(tid.max(initial=0)) + 1) + tid
+        return thread_code(_codes(list(map(_PID, self.spans)))[1], _codes(list(map(_TID, self.spans)))[1])
 
     def nesting_order(
         self, mask: np.ndarray, before: np.ndarray | None = None
@@ -122,10 +147,34 @@ def _not_none(values: np.ndarray) -> np.ndarray:
     return np.fromiter(map(operator.is_not, values, itertools.repeat(None)), bool, len(values))
 
 
-def _codes(values: list[str]) -> tuple[list[str], np.ndarray]:
+def thread_code(pid_code: np.ndarray, tid_code: np.ndarray) -> np.ndarray:
+    """One number a (pid, tid) pair from the codes of the two: pid * (largest tid code + 1) + tid."""
+    pid, tid = pid_code.astype(np.int64), tid_code.astype(np.int64)
+    return pid * (int(tid.max(initial=0)) + 1) + tid
+
+
+class Codebook:
+    """Each value's code: its place among the distinct values in first-seen order, over any number of lists
+    (the loader codes its columns a batch at a time)."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+
+    def codes(self, values: list[Any]) -> np.ndarray:
+        index = self.index
+        new = [value for value in dict.fromkeys(values) if value not in index]
+        index.update(zip(new, range(len(index), len(index) + len(new)), strict=True))
+        return np.fromiter(map(index.__getitem__, values), np.int32, len(values))
+
+    def values(self) -> list[Any]:
+        return list(self.index)
+
+
+def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     """The distinct values in first-seen order and each value's index among them."""
-    index: Mapping[str, int] = {value: i for i, value in enumerate(dict.fromkeys(values))}
-    return list(index), np.fromiter(map(index.__getitem__, values), np.int32, len(values))
+    book = Codebook()
+    codes = book.codes(values)
+    return book.values(), codes
 
 
 def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:
@@ -134,9 +183,9 @@ def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:
     if type(spans) is SpanList:
         cached = getattr(spans, "columns", None)
         if cached is None or len(cached) != len(spans):
-            cached = spans.columns = SpanColumns(spans)
+            cached = spans.columns = SpanColumns.of_spans(spans)
         return cached
-    return SpanColumns(as_spans(spans))
+    return SpanColumns.of_spans(as_spans(spans))
 
 
 def host_steps(spans: Iterable[Mapping[str, Any] | Span]) -> list[StepSpan]:
