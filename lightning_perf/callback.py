@@ -364,6 +364,8 @@ class PerfCallback(*namespaces.callback_bases()):
             fetcher_hooks.uninstrument(fetcher_hooks.loop_fetcher(getattr(trainer, loop_name)))
         if self._hp_placeholder:
             loggers.restore_default_hp_metric(trainer)  # the user's logger as it was, for a later fit
+        if self._reducer is not None:  # after the last collective of ours, on every rank
+            self._reducer.close()
         self._reset_runtime()
 
     def _finish_fit(self, trainer: Trainer, status: str) -> None:

@@ -131,6 +131,21 @@ class RankReducer:
             return 0
         return int(value.item())
 
+    def close(self) -> None:
+        """Destroy our gloo group now that the fit is over (every rank calls it from teardown; not collective).
+
+        A gloo group left to the interpreter's exit can abort the process ("terminate called without an active
+        exception", pytorch/pytorch#190489): its worker threads still hold the last collective's work while
+        Python is finalised. Further gathers answer None, as after a failure, without a warning."""
+        group, self._group = self._group, None
+        self.failed = self.failed or self.distributed
+        if group is None:
+            return
+        try:
+            torch.distributed.destroy_process_group(group)
+        except Exception as err:  # the default group already gone (a user destroyed it): nothing left to free
+            log.debug(f"lightning-perf: destroying the cross-rank group: {err}")
+
     def _disable(self, reason: str) -> None:
         # from now on gather() answers None: no cross-rank figures rather than one rank's as everyone's
         if not self.failed:
