@@ -8,6 +8,7 @@ import sys
 from lightning_perf.analysis.rules.cross_rank import rank_list
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, add_format, error
+from lightning_perf.traces.read.allocator import keep_freed_memory
 from lightning_perf.traces.read.reader import TraceError
 from lightning_perf.traces.report.build import DEFAULT_TOP, ReportError, build_report
 from lightning_perf.traces.report.ranks import detailed_ranks
@@ -94,6 +95,7 @@ def _missing_ranks(report: dict, chosen: list[int] | None) -> ReportError | None
 
 
 def run(args: argparse.Namespace) -> int:
+    keep_freed_memory()  # this process is ours: with --jobs 1 it reads the traces one after another itself
     try:
         report = build_report(args.run_dir, top=args.top, jobs=args.jobs)
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file

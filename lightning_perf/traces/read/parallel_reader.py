@@ -6,7 +6,8 @@ has handed back the result of the last), so the memory of the run is ``jobs`` tr
 per-trace results the caller keeps, whatever the number of files. ``jobs=1`` (or a single file) runs in this
 process, without a pool.
 
-Standard library only: :mod:`concurrent.futures` is the pool; this module adds the error capture that lets one
+Standard library only: :mod:`concurrent.futures` is the pool (each worker keeps the memory it frees for its
+next trace: :mod:`~lightning_perf.traces.read.allocator`); this module adds the error capture that lets one
 unreadable file be reported while the others are read, and the argument check.
 """
 
@@ -17,6 +18,8 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
+
+from lightning_perf.traces.read.allocator import keep_freed_memory
 
 T = TypeVar("T")
 
@@ -71,7 +74,8 @@ def map_traces(
         for path in paths:
             yield (path, *_call(fn, path, errors))
         return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context()) as pool:
+    # the workers are ours: they keep freed memory for the next trace (see allocator.py)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=keep_freed_memory) as pool:
         results = pool.map(_call, [fn] * len(paths), paths, [errors] * len(paths), chunksize=1)
         for path, (ok, value) in zip(paths, results, strict=True):
             yield path, ok, value
