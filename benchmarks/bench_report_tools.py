@@ -4,7 +4,9 @@ On every folder of shared/realtraces (see its README), in one run, the median of
 
 - lightning-perf ``report``: ``build_report`` on the folder (streaming read, Overview breakdown, GPU timeline,
   blocking calls, copies, tensor cores, memory, findings, operator tables): everything ``lightning-perf report``
-  prints;
+  prints. Timed in this process with glibc's allocator defaults, as a Python caller of ``build_report`` gets it; the
+  ``lightning-perf report`` command and its workers also keep freed memory for the next trace
+  (``traces/read/allocator.py``), which ``bench_many_ranks.py`` measures;
 - lightning-perf end of fit: ``trace_figures(load_trace(path))``, what the callback runs on each of its own
   recorded cycles after the last step (``output/trace_findings.read_cycles``);
 - torch-tb-profiler 0.4.3: ``RunProfileData.parse`` + ``process`` + ``analyze`` on the trace, what its
