@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from lightning_perf.traces.figures.analysis import cpu_operator_stats
 from lightning_perf.traces.figures.host_calls import Issuer, issuing_operators
+from lightning_perf.traces.figures.intervals import union_of
 from lightning_perf.traces.read.columns import columns_of
 from lightning_perf.traces.read.spans import (
     OPERATOR_CATS,
@@ -130,5 +131,5 @@ def test_masks_and_kinds_are_decided_once_per_distinct_value_and_spread_over_the
     assert cols.in_cats({"kernel"}).tolist() == [True, False] * 3
     assert cols.classify(lambda cat, name: len(cat) + len(name)).tolist() == [7, 7] * 3
     assert cols.correlation.tolist() == [4, None] * 3 and cols.has_correlation.tolist() == [True, False] * 3
-    assert cols.merged(cols.in_cats({"cpu_op"})).as_ranges() == [(0.5, 2.0)]
+    assert union_of(cols, cols.in_cats({"cpu_op"})).as_ranges() == [(0.5, 2.0)]
     assert np.unique(cols.thread_code).size == 2

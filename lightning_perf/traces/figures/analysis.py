@@ -36,6 +36,7 @@ from lightning_perf.traces.figures.intervals import (
     merge_ranges,
     ranges_length,
     subtract_ranges,
+    union_of,
 )
 from lightning_perf.traces.figures.intervals import window as intervals_window
 from lightning_perf.traces.read.columns import SpanColumns, columns_of
@@ -99,7 +100,7 @@ def kernel_busy_pct(
     start, end = window
     if not end > start:
         raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
-    busy = intersect(cols.merged(kernels), intervals_window(start, end)).length()
+    busy = intersect(union_of(cols, kernels), intervals_window(start, end)).length()
     return 100.0 * busy / (end - start)
 
 

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.figures.intervals import Intervals, clipped_lengths, intersect, merge, subtract
+from lightning_perf.traces.figures.intervals import (
+    Intervals,
+    clipped_lengths,
+    intersect,
+    merge,
+    subtract,
+    union_of,
+)
 from lightning_perf.traces.read.columns import SpanColumns, columns_of
 from lightning_perf.traces.read.reader import USER_ANNOTATION_CAT, is_dataloader_span
 from lightning_perf.traces.read.spans import (
@@ -139,7 +146,7 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
         linked = np.flatnonzero(kernels)
         comm_kernels[linked] |= [e in comm_ids for e in cols.external_id[linked].tolist()]
     roles: dict[str, Intervals] = {
-        role: cols.merged(mask)
+        role: union_of(cols, mask)
         for role, mask in (
             ("kernel", kernels & ~comm_kernels),
             ("memcpy", what == _MEMCPY),

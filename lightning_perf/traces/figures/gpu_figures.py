@@ -38,7 +38,7 @@ from lightning_perf.traces.figures.host_calls import (
     is_launch,
     issuing_operators,
 )
-from lightning_perf.traces.figures.intervals import Intervals, intersect, ordered_sum, subtract
+from lightning_perf.traces.figures.intervals import Intervals, intersect, ordered_sum, subtract, union_of
 from lightning_perf.traces.read.columns import SpanColumns, columns_of
 from lightning_perf.traces.read.columns import host_steps as steps_of_host
 from lightning_perf.traces.read.reader import is_dataloader_span
@@ -210,7 +210,7 @@ def _host_during_idle(spans: Sequence[Span], idle: Intervals) -> dict[str, float
     shares: dict[str, float] = {}
     rest = idle
     for name in _HOST_KINDS:
-        covered = intersect(rest, cols.merged(kinds[name]))
+        covered = intersect(rest, union_of(cols, kinds[name]))
         shares[name] = 100.0 * covered.length() / total
         rest = subtract(rest, covered)
     shares["other"] = 100.0 * rest.length() / total

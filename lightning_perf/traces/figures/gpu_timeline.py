@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from lightning_perf.traces.figures.host_calls import step_index
-from lightning_perf.traces.figures.intervals import NO_INTERVALS, Intervals, intersect, subtract
+from lightning_perf.traces.figures.intervals import NO_INTERVALS, Intervals, intersect, subtract, union_of
 from lightning_perf.traces.figures.intervals import window as intervals_window
 from lightning_perf.traces.read.columns import columns_of
 from lightning_perf.traces.read.spans import (
@@ -116,17 +116,17 @@ def gpu_timeline(spans: Sequence[Span], steps: Sequence[StepSpan]) -> GpuTimelin
         return None
     kernels = gpu & cols.in_cats(KERNEL_CATS)
     communication = kernels & cols.where_name(is_communication_kernel)
-    busy = cols.merged(gpu)
+    busy = union_of(cols, gpu)
     window = float(busy.hi[-1] - busy.lo[0])
-    busy_us, compute_us = busy.length(), cols.merged(kernels & ~communication).length()
+    busy_us, compute_us = busy.length(), union_of(cols, kernels & ~communication).length()
     return GpuTimeline(
         window_us=window,
         idle_us=window - busy_us,
         compute_us=compute_us,
         non_compute_us=max(busy_us - compute_us, 0.0),
-        communication_us=cols.merged(communication).length(),
-        memcpy_us=cols.merged(gpu & cols.in_cats(MEMCPY_CATS)).length(),
-        memset_us=cols.merged(gpu & cols.in_cats(MEMSET_CATS)).length(),
+        communication_us=union_of(cols, communication).length(),
+        memcpy_us=union_of(cols, gpu & cols.in_cats(MEMCPY_CATS)).length(),
+        memset_us=union_of(cols, gpu & cols.in_cats(MEMSET_CATS)).length(),
         steps_counted=counted,
     )
 
@@ -143,7 +143,7 @@ def busy_pct(spans: Iterable[Span], window: tuple[float, float], compute_only: b
         kernels &= ~cols.where_name(is_communication_kernel)
     if not kernels.any():
         return None
-    return 100.0 * intersect(cols.merged(kernels), intervals_window(start, end)).length() / (end - start)
+    return 100.0 * intersect(union_of(cols, kernels), intervals_window(start, end)).length() / (end - start)
 
 
 def exposed_communication_us(spans: Sequence[Span], window: tuple[float, float]) -> tuple[float, float]:
@@ -151,10 +151,10 @@ def exposed_communication_us(spans: Sequence[Span], window: tuple[float, float])
     cols = columns_of(spans)
     kernels = cols.in_cats(KERNEL_CATS)
     communication = kernels & cols.where_name(is_communication_kernel)
-    comm = intersect(cols.merged(communication), intervals_window(*window))
+    comm = intersect(union_of(cols, communication), intervals_window(*window))
     if len(comm) == 0:
         return 0.0, 0.0
-    return comm.length(), subtract(comm, cols.merged(kernels & ~communication)).length()
+    return comm.length(), subtract(comm, union_of(cols, kernels & ~communication)).length()
 
 
 def idle_ranges(spans: Sequence[Span], window: tuple[float, float]) -> Intervals:
@@ -162,7 +162,7 @@ def idle_ranges(spans: Sequence[Span], window: tuple[float, float]) -> Intervals
     if not window[1] > window[0]:
         return NO_INTERVALS
     cols = columns_of(spans)
-    return subtract(intervals_window(*window), cols.merged(cols.in_cats(GPU_CATS)))
+    return subtract(intervals_window(*window), union_of(cols, cols.in_cats(GPU_CATS)))
 
 
 def window_of(steps: Sequence[StepSpan]) -> tuple[float, float] | None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lightning_perf.traces.read.columns import SpanColumns
 
 Ranges = list[tuple[float, float]]
 _EMPTY = np.empty(0, dtype=np.float64)
@@ -45,6 +48,11 @@ NO_INTERVALS = Intervals(_EMPTY, _EMPTY)
 
 def window(start: float, end: float) -> Intervals:
     return Intervals(np.array([start], dtype=np.float64), np.array([end], dtype=np.float64))
+
+
+def union_of(cols: SpanColumns, mask: np.ndarray) -> Intervals:
+    """The union of the spans of ``mask`` among ``cols``."""
+    return merge(cols.start[mask], cols.end[mask])
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:

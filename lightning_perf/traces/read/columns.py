@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.figures.intervals import Intervals, merge
 from lightning_perf.traces.read.spans import (
     PROFILER_STEP_PREFIX,
     Span,
@@ -133,10 +132,6 @@ class SpanColumns:
             kind_of(self.cats[c], self.names[m]) for c, m in zip(cats.tolist(), names.tolist(), strict=True)
         ]
         return np.array(kinds, dtype=dtype)[inverse.reshape(-1)]
-
-    def merged(self, mask: np.ndarray) -> Intervals:
-        """The union of the spans of ``mask``."""
-        return merge(self.start[mask], self.end[mask])
 
     def picked(self, mask: np.ndarray) -> list[Span]:
         """The span tuples of ``mask``, in order."""
