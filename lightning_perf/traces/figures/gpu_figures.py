@@ -120,9 +120,10 @@ def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> Tr
     idle = idle_ranges(spans, window)
     figures.step_idle_pct = 100.0 * idle.length() / (window[1] - window[0])
     issuers = issuing_operators(spans)
-    figures.host_during_idle_pct = _host_during_idle(spans, idle)
+    blocking = blocking_mask(columns_of(spans))  # for the idle shares and the blocking-call table
+    figures.host_during_idle_pct = _host_during_idle(spans, idle, blocking)
     _kernels(figures, spans, window, n)
-    _host(figures, spans, host_steps, n, issuers)
+    _host(figures, spans, host_steps, n, issuers, blocking)
     comm, exposed = exposed_communication_us(spans, window)
     figures.communication_ms_per_step = comm / n / _US_PER_MS
     figures.exposed_communication_ms_per_step = exposed / n / _US_PER_MS
@@ -175,14 +176,15 @@ def _host(
     host_steps: Sequence[StepSpan],
     n: int,
     issuers: dict[int, Any],
+    blocking: np.ndarray,
 ) -> None:
     cols = columns_of(spans)
     launches = cols.in_cats(RUNTIME_CATS) & cols.where_name(is_launch) & in_host_steps(cols, host_steps)
     figures.launches_per_step = int(launches.sum()) / n
     figures.launch_ms_per_step = sum(_durations(cols, launches)) / n / _US_PER_MS
-    blocking = blocking_calls(spans, host_steps, issuers)
     figures.blocking = [
-        BlockingCall(b.name, b.operator, b.calls, b.total_us / n / _US_PER_MS) for b in blocking
+        BlockingCall(b.name, b.operator, b.calls, b.total_us / n / _US_PER_MS)
+        for b in blocking_calls(spans, host_steps, issuers, blocking)
     ]
     figures.blocking_ms_per_step = sum(b.ms_per_step for b in figures.blocking)
 
@@ -191,15 +193,15 @@ def _host(
 _HOST_KINDS = ("blocking call", "DataLoader", "runtime call", "CPU operators")
 
 
-def _host_during_idle(spans: Sequence[Span], idle: Intervals) -> dict[str, float]:
+def _host_during_idle(spans: Sequence[Span], idle: Intervals, blocking: np.ndarray) -> dict[str, float]:
     """Share of the GPU's idle time in which the host was in each activity, the first that applies in the order
-    blocking call, DataLoader, kernel launch or other runtime call, CPU operator; else "other"."""
+    blocking call, DataLoader, kernel launch or other runtime call, CPU operator; else "other". ``blocking``:
+    the :func:`blocking_mask` of the spans."""
     total = idle.length()
     if total <= 0:
         return {}
     cols = columns_of(spans)
     runtime = cols.in_cats(RUNTIME_CATS)
-    blocking = runtime & blocking_mask(cols)
     kind = cols.classify(_host_kind)
     kinds = {
         "blocking call": blocking,

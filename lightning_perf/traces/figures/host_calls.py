@@ -194,13 +194,17 @@ def in_host_steps(cols: SpanColumns, steps: Sequence[StepSpan]) -> np.ndarray:
 
 
 def blocking_calls(
-    spans: Sequence[Span], steps: Sequence[StepSpan], issuers: dict[int, Issuer] | None = None
+    spans: Sequence[Span],
+    steps: Sequence[StepSpan],
+    issuers: dict[int, Issuer] | None = None,
+    blocking: np.ndarray | None = None,
 ) -> list[BlockingTotal]:
     """Blocking runtime calls made inside the host ``steps``, totalled by (call, issuing operator), longest
-    first. Without steps, every call counts."""
+    first. Without steps, every call counts. ``issuers`` and ``blocking`` (:func:`blocking_mask`): what the
+    caller has already."""
     issuers = issuing_operators(spans) if issuers is None else issuers
     cols = columns_of(spans)
-    chosen = blocking_mask(cols)
+    chosen = blocking_mask(cols) if blocking is None else blocking.copy()
     if steps:
         chosen &= in_host_steps(cols, steps)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
