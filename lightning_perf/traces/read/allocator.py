@@ -26,7 +26,7 @@ def keep_freed_memory() -> bool:
     """Make this process's allocator keep freed memory for reuse; False where it cannot be told (no mallopt)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no such symbol; Windows has no CDLL(None)
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
