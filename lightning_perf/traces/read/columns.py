@@ -28,16 +28,14 @@ from lightning_perf.traces.read.spans import (
     step_spans,
 )
 
-_NAME, _CAT, _START, _END = (operator.itemgetter(i) for i in range(4))
-_EXTERNAL_ID, _CORRELATION = operator.itemgetter(6), operator.itemgetter(7)
-_PID, _TID = operator.itemgetter(4), operator.itemgetter(5)
+_NAME, _CAT, _START, _END, _PID, _TID, _EXTERNAL_ID, _CORRELATION = (operator.itemgetter(i) for i in range(8))
 
 
 class SpanColumns:
     """The spans' fields the vectorised analyses read, index for index with the span list.
 
-    Made by :meth:`of_spans` from the tuples, or by the loader from the lists it decoded (the same values and
-    codes: each code is the value's place in first-seen order)."""
+    Made by a :class:`ColumnsBuilder`: by :meth:`of_spans` from the tuples, or by the loader from the lists it
+    decoded (the same values and codes: each code is the value's place in first-seen order)."""
 
     def __init__(
         self,
@@ -48,48 +46,33 @@ class SpanColumns:
         cat_code: np.ndarray,
         names: list[str],
         name_code: np.ndarray,
-        **known: np.ndarray,
+        thread_code: np.ndarray,
+        external_id: np.ndarray,
+        correlation: np.ndarray,
     ) -> None:
         self.spans = spans
         self.start, self.end = start, end
         self.cats, self.cat_code = cats, cat_code
         self.names, self.name_code = names, name_code
-        # columns the maker had already (thread_code, correlation, external_id): the cached properties' values
-        self.__dict__.update(known)
+        self.thread_code = (
+            thread_code  # each span's thread, (pid, tid), as a number that differs between threads
+        )
+        self.external_id = external_id  # object arrays: None where the span has none
+        self.correlation = correlation
 
     @classmethod
     def of_spans(cls, spans: list[Span]) -> SpanColumns:
         """The columns of Span tuples, in C loops (``map`` over ``itemgetter``)."""
-        n = len(spans)
-        return cls(
-            spans,
-            np.fromiter(map(_START, spans), np.float64, n),
-            np.fromiter(map(_END, spans), np.float64, n),
-            *_codes(list(map(_CAT, spans))),
-            *_codes(list(map(_NAME, spans))),
-        )
+        builder = ColumnsBuilder()
+        builder.add_spans(spans)
+        return builder.columns(spans)
 
     def __len__(self) -> int:
         return len(self.start)
 
     @functools.cached_property
-    def correlation(self) -> np.ndarray:
-        """Each span's correlation id (an object array: None where the span has none)."""
-        return np.fromiter(map(_CORRELATION, self.spans), object, len(self.spans))
-
-    @functools.cached_property
     def has_correlation(self) -> np.ndarray:
         return _not_none(self.correlation)
-
-    @functools.cached_property
-    def external_id(self) -> np.ndarray:
-        """Each span's external id (an object array: None where the span has none)."""
-        return np.fromiter(map(_EXTERNAL_ID, self.spans), object, len(self.spans))
-
-    @functools.cached_property
-    def thread_code(self) -> np.ndarray:
-        """Each span's thread, (pid, tid), as a number that differs between threads."""
-        return thread_code(_codes(list(map(_PID, self.spans)))[1], _codes(list(map(_TID, self.spans)))[1])
 
     def nesting_order(
         self, mask: np.ndarray, before: np.ndarray | None = None
@@ -165,11 +148,55 @@ class Codebook:
         return list(self.index)
 
 
-def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
-    """The distinct values in first-seen order and each value's index among them."""
-    book = Codebook()
-    codes = book.codes(values)
-    return book.values(), codes
+class ColumnsBuilder:
+    """:class:`SpanColumns` a batch of spans at a time (the loader adds each batch as it decodes it): the
+    values coded over all batches, the arrays joined once at the end."""
+
+    def __init__(self) -> None:
+        self._parts: list[list[np.ndarray]] = [[] for _ in range(6)]  # start, end, then the four codes
+        self._external_id: list[Any] = []
+        self._correlation: list[Any] = []
+        self._books = [Codebook() for _ in range(4)]  # names, categories, pids, tids
+
+    def add(self, start: np.ndarray, end: np.ndarray, *fields: list[Any]) -> None:
+        """One batch: its start and end times, then the lists of its names, categories, pids, tids, external
+        ids and correlation ids (the Span fields in order)."""
+        *coded, external_ids, correlations = fields
+        codes = [book.codes(values) for book, values in zip(self._books, coded, strict=True)]
+        for part, column in zip(self._parts, (start, end, *codes), strict=True):
+            part.append(column)
+        self._external_id.extend(external_ids)
+        self._correlation.extend(correlations)
+
+    def add_spans(self, spans: list[Span]) -> None:
+        """One batch of span tuples."""
+        n = len(spans)
+        self.add(
+            np.fromiter(map(_START, spans), np.float64, n),
+            np.fromiter(map(_END, spans), np.float64, n),
+            *(list(map(field, spans)) for field in (_NAME, _CAT, _PID, _TID, _EXTERNAL_ID, _CORRELATION)),
+        )
+
+    def columns(self, spans: list[Span]) -> SpanColumns:
+        """The columns of every batch added, for ``spans``: the span tuples of those batches, in order."""
+        start, end, name_code, cat_code, pid_code, tid_code = (
+            np.concatenate(part) if part else np.empty(0, np.float64 if i < 2 else np.int32)
+            for i, part in enumerate(self._parts)
+        )
+        names, cats = self._books[0].values(), self._books[1].values()
+        n = len(spans)
+        return SpanColumns(
+            spans,
+            start,
+            end,
+            cats,
+            cat_code,
+            names,
+            name_code,
+            thread_code(pid_code, tid_code),
+            np.fromiter(self._external_id, object, n),
+            np.fromiter(self._correlation, object, n),
+        )
 
 
 def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:

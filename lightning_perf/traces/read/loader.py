@@ -4,8 +4,9 @@
 events at a time decoded into the typed :class:`~lightning_perf.traces.read.event_types.Event`, and keeps the
 complete events as :class:`~lightning_perf.traces.read.spans.Span` tuples, the allocator's memory samples and the
 top-level metadata. A batch the typed decoding cannot hold exactly goes through :mod:`json`'s dicts instead.
-The spans' numpy columns (:class:`~lightning_perf.traces.read.columns.SpanColumns`) are built batch by batch
-from the same decoded lists and kept on the span list, so the analyses do not take the tuples apart again.
+The spans' numpy columns (:class:`~lightning_perf.traces.read.columns.SpanColumns`) are built batch by batch by a
+:class:`~lightning_perf.traces.read.columns.ColumnsBuilder` from the same decoded lists and kept on the span
+list, so the analyses do not take the tuples apart again.
 
 Standard library, msgspec and numpy; imports nothing from torch or Lightning.
 """
@@ -13,7 +14,6 @@ Standard library, msgspec and numpy; imports nothing from torch or Lightning.
 from __future__ import annotations
 
 import json
-import operator
 import os
 import sys
 from collections.abc import Mapping
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from msgspec import UNSET
 
-from lightning_perf.traces.read.columns import Codebook, SpanColumns, thread_code
+from lightning_perf.traces.read.columns import ColumnsBuilder
 from lightning_perf.traces.read.event_types import Event, decode_events
 from lightning_perf.traces.read.reader import TraceReader
 from lightning_perf.traces.read.spans import (
@@ -46,72 +46,12 @@ _new_tuple = tuple.__new__  # a Span without the Python-level __new__ of NamedTu
 intern = sys.intern
 
 
-_NAME, _CAT, _START, _END, _PID, _TID, _EXTERNAL_ID, _CORRELATION = (operator.itemgetter(i) for i in range(8))
-
-
-class _Columns:
-    """The span columns (see :class:`~lightning_perf.traces.read.columns.SpanColumns`) a batch at a time, from
-    the lists the loader made the batch's spans of: no second pass over the span tuples."""
-
-    def __init__(self) -> None:
-        self.start: list[np.ndarray] = []
-        self.end: list[np.ndarray] = []
-        self.cat_code: list[np.ndarray] = []
-        self.name_code: list[np.ndarray] = []
-        self.pid_code: list[np.ndarray] = []
-        self.tid_code: list[np.ndarray] = []
-        self.external_id: list[Any] = []
-        self.correlation: list[Any] = []
-        self.cats, self.names, self.pids, self.tids = Codebook(), Codebook(), Codebook(), Codebook()
-
-    def add(self, start: np.ndarray, end: np.ndarray, *fields: list[Any]) -> None:
-        """One batch: start and end, then the lists of names, categories, pids, tids, external ids and
-        correlation ids (the Span fields in order)."""
-        names, cats, pids, tids, external_ids, correlations = fields
-        self.start.append(start)
-        self.end.append(end)
-        self.name_code.append(self.names.codes(names))
-        self.cat_code.append(self.cats.codes(cats))
-        self.pid_code.append(self.pids.codes(pids))
-        self.tid_code.append(self.tids.codes(tids))
-        self.external_id.extend(external_ids)
-        self.correlation.extend(correlations)
-
-    def add_spans(self, spans: list[Span]) -> None:
-        """One batch read through the dict reader: its span tuples."""
-        n = len(spans)
-        self.add(
-            np.fromiter(map(_START, spans), np.float64, n),
-            np.fromiter(map(_END, spans), np.float64, n),
-            *(list(map(field, spans)) for field in (_NAME, _CAT, _PID, _TID, _EXTERNAL_ID, _CORRELATION)),
-        )
-
-    def of(self, spans: list[Span]) -> SpanColumns:
-        n = len(spans)
-        return SpanColumns(
-            spans,
-            _joined(self.start, np.float64),
-            _joined(self.end, np.float64),
-            self.cats.values(),
-            _joined(self.cat_code, np.int32),
-            self.names.values(),
-            _joined(self.name_code, np.int32),
-            thread_code=thread_code(_joined(self.pid_code, np.int32), _joined(self.tid_code, np.int32)),
-            external_id=np.fromiter(self.external_id, object, n),
-            correlation=np.fromiter(self.correlation, object, n),
-        )
-
-
-def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
-
-
 class _Loaded:
     """What load_trace keeps so far, filled batch by batch."""
 
     def __init__(self) -> None:
         self.spans: list[Span] = SpanList()
-        self.columns = _Columns()
+        self.columns = ColumnsBuilder()
         self.memory: list[MemorySample] = []
         self.running: dict[int, float] = {}  # device -> running sum of allocator changes (torch 1.9)
         self.has_totals = False
@@ -135,7 +75,7 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
                 _add_dicts(batch, loaded)
             elif not _add_typed(batch, loaded):
                 _add_dicts(_DICT_DECODE(text), loaded)
-        loaded.spans.columns = loaded.columns.of(loaded.spans)  # what columns_of gives for this list
+        loaded.spans.columns = loaded.columns.columns(loaded.spans)  # what columns_of gives for this list
         return ParsedTrace(
             reader.path,
             reader.metadata,
