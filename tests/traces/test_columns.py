@@ -43,22 +43,23 @@ span = st.builds(
 
 
 def loop_issuers(spans: list[Span]) -> dict[int, Issuer]:
-    """issuing_operators as it was: per-thread lists, two stable sorts, a stack of spans."""
-    operators: dict[Any, list[Span]] = defaultdict(list)
-    calls: dict[Any, list[Span]] = defaultdict(list)
-    for s in spans:
+    """issuing_operators as it was: per-thread lists, two stable sorts, a stack of spans (by index)."""
+    operators: dict[Any, list[int]] = defaultdict(list)
+    calls: dict[Any, list[int]] = defaultdict(list)
+    for i, s in enumerate(spans):
         if s.cat in OPERATOR_CATS:
             if not s.name.startswith(PROFILER_STEP_PREFIX):
-                operators[s[4:6]].append(s)
+                operators[s[4:6]].append(i)
         elif s.cat in RUNTIME_CATS:
-            calls[s[4:6]].append(s)
+            calls[s[4:6]].append(i)
     found = {}
     for thread, thread_calls in calls.items():
         items = operators.get(thread, []) + thread_calls
-        items.sort(key=lambda s: s.end, reverse=True)
-        items.sort(key=lambda s: s.start)
+        items.sort(key=lambda i: spans[i].end, reverse=True)
+        items.sort(key=lambda i: spans[i].start)
         stack: list[Span] = []
-        for s in items:
+        for i in items:
+            s = spans[i]
             while stack and stack[-1].end <= s.start + TIME_TOLERANCE_US:
                 stack.pop()
             if s.cat not in RUNTIME_CATS:
@@ -70,7 +71,7 @@ def loop_issuers(spans: list[Span]) -> dict[int, Issuer]:
                     outer = next(o for o in stack if o.end + TIME_TOLERANCE_US >= s.end)
                     pair = (op.name, outer.name)
                     break
-            found[id(s)] = Issuer(*pair)
+            found[i] = Issuer(*pair)
     return found
 
 

@@ -253,11 +253,10 @@ def _tensor_cores(
     """torch-tb-profiler's tensor-core figures: kernel time in tensor-core kernels, and kernel time launched by
     tensor-core-eligible operators (the innermost operator around the launch) that ran without them."""
     cols = columns_of(spans)
-    launcher: dict[Any, str | None] = {
-        s.correlation: issuers[id(s)].inner
-        for s in cols.picked(cols.in_cats(RUNTIME_CATS))
-        if id(s) in issuers
-    }
+    calls = sorted(issuers)  # in file order: of two calls with one correlation id, the later one counts
+    launcher: dict[Any, str | None] = dict(
+        zip(cols.correlation[calls].tolist(), [issuers[i].inner for i in calls], strict=True)
+    )
     kernels = cols.in_cats(KERNEL_CATS) & _inside(cols, window) & ~cols.where_name(is_communication_kernel)
     durations = cols.end[kernels] - cols.start[kernels]
     with_tc = cols.where_name(uses_tensor_cores)[kernels]

@@ -72,8 +72,8 @@ def is_launch(name: str) -> bool:
 
 
 def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
-    """id(runtime span) -> its :class:`Issuer`, by nesting on the calling thread (ProfilerStep# and other
-    user annotations are not operators)."""
+    """Each runtime call's :class:`Issuer`, by the call's index in the span list (of :func:`columns_of`), by
+    nesting on the calling thread (ProfilerStep# and other user annotations are not operators)."""
     cols = columns_of(spans)
     calls = cols.in_cats(RUNTIME_CATS)
     operators = cols.in_cats(OPERATOR_CATS) & ~cols.where_name(
@@ -121,7 +121,7 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
         issuer = issuers.get(pair)
         if issuer is None:
             issuer = issuers[pair] = Issuer(*pair)
-        found[id(cols.spans[index])] = issuer
+        found[index] = issuer
     return found
 
 
@@ -208,9 +208,10 @@ def blocking_calls(
     if steps:
         chosen &= in_host_steps(cols, steps)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
-    for span in cols.picked(chosen):
-        issuer = issuers.get(id(span), Issuer(None, None))
-        total = totals[(span.name, issuer.label())]
+    no_operator = Issuer(None, None)
+    for index in np.flatnonzero(chosen).tolist():
+        span = cols.spans[index]
+        total = totals[(span.name, issuers.get(index, no_operator).label())]
         total[0] += 1
         total[1] += span.end - span.start
     result = [BlockingTotal(name, op, int(n), us) for (name, op), (n, us) in totals.items()]
