@@ -13,6 +13,7 @@ from lightning_perf.analysis.verdicts.comparison_render import (
     render_text,
     to_json,
 )
+from lightning_perf.analysis.verdicts.mean_intervals import share_interval
 from lightning_perf.analysis.verdicts.regression_gate import gate_lines, regressions
 from lightning_perf.analysis.verdicts.statistics import (
     FASTER,
@@ -21,7 +22,6 @@ from lightning_perf.analysis.verdicts.statistics import (
     compare_rounds,
     compare_samples,
     median_interval,
-    share_interval,
 )
 
 SEEDS = 200
@@ -119,7 +119,7 @@ def test_median_and_share_intervals():
     assert covered / 200 >= 0.90  # stated 95%: the true median of the lognormal is 10 ms
     waits = [0.2 * v for v in values]
     share = share_interval(waits, values)
-    assert share is not None and share[0] <= 20.0 <= share[1]
+    assert share is not None and share == pytest.approx((20.0, 20.0))  # every step waits 20%: no spread
     with pytest.raises(ValueError, match="confidence"):
         median_interval(values, confidence=1.5)
 

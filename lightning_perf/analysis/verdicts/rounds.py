@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 
 from lightning_perf.analysis.summary import Distribution, RunSummary
-from lightning_perf.analysis.verdicts.statistics import share_interval
+from lightning_perf.analysis.verdicts.mean_intervals import share_interval
 
 
 def without_warmup(summary: RunSummary, warmup_steps: int) -> RunSummary:

@@ -181,29 +181,6 @@ def median_interval_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, 
     return lower, n - lower + 1
 
 
-def share_interval(
-    part: Sequence[float], whole: Sequence[float], confidence: float = CONFIDENCE
-) -> tuple[float, float] | None:
-    """Bootstrap interval (percentile) of ``100 * sum(part) / sum(whole)`` over paired per-step samples.
-
-    Used for the DataLoader wait's share of step time. ``None`` with fewer than :data:`MIN_SAMPLES` steps.
-    """
-    import numpy as np
-
-    _check_confidence(confidence)
-    if len(part) != len(whole):
-        raise ValueError(f"share_interval: {len(part)} part samples but {len(whole)} whole samples")
-    if len(part) < MIN_SAMPLES or sum(whole) <= 0:
-        return None
-
-    def share(p: np.ndarray, w: np.ndarray, axis: int = -1) -> np.ndarray:
-        return 100.0 * p.sum(axis=axis) / np.maximum(w.sum(axis=axis), 1e-12)
-
-    return _percentile_bootstrap(
-        (np.asarray(part, dtype=float), np.asarray(whole, dtype=float)), share, True, confidence
-    )
-
-
 def _percentile_bootstrap(
     data: tuple, statistic: Any, paired: bool, confidence: float
 ) -> tuple[float, float]:

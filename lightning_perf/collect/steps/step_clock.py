@@ -31,7 +31,7 @@ from array import array
 
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import Distribution, TimingSummary, thinned
-from lightning_perf.analysis.verdicts.statistics import share_interval
+from lightning_perf.analysis.verdicts.mean_intervals import share_interval
 from lightning_perf.collect.cuda_events import GPU_DATA_WAIT_PCT, CudaStepEvents
 from lightning_perf.collect.steps.step_history import (
     EXACT_STEPS,
