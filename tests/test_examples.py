@@ -38,6 +38,7 @@ RECORDED_STEPS = [[3, 4, 5], [8, 9, 10]]
 # ---------------------------------------------------------------------------------- resnet18_cifar10 study
 
 
+@pytest.mark.once  # tune's timed rounds; the example config's fit is tested on every Lightning (below)
 def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp_path, capsys):
     original = CONFIG.read_bytes()
 

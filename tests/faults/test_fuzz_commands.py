@@ -11,6 +11,7 @@ import math
 import os
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +79,7 @@ def strict_json(text: str):
     return json.loads(text, parse_constant=reject)
 
 
+@pytest.mark.once  # `report` reads trace files only: the same on every Lightning
 @FUZZ
 @given(
     files=st.lists(trace_files(), min_size=1, max_size=3), fmt=st.sampled_from(["text", "json", "markdown"])
