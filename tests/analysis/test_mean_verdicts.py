@@ -235,3 +235,5 @@ def test_the_wait_share_interval_covers_the_true_share_through_slow_phases():
     assert share_interval([2.0] * 5, steady[:5]) is None  # too few steps
     with pytest.raises(ValueError, match="3 part samples but 2 whole"):
         share_interval([1.0] * 3, [2.0] * 2)
+    with pytest.raises(ValueError, match="confidence"):
+        share_interval([2.0] * 30, steady, confidence=1.5)

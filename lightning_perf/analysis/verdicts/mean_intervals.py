@@ -28,6 +28,7 @@ from lightning_perf.analysis.verdicts.statistics import (
     POINTS,
     TIME,
     MetricChange,
+    check_confidence,
     verdict_word,
 )
 
@@ -65,8 +66,11 @@ def _mean_and_se(values: Sequence[float]) -> tuple[float, float, int] | None:
 
 
 def _t(confidence: float, df: float) -> float:
+    """Student's t quantile of a two-sided ``confidence`` interval; ValueError naming a confidence outside
+    [0.5, 1) (every interval of this module goes through here)."""
     from scipy.stats import t as student_t
 
+    check_confidence(confidence)
     return float(student_t.ppf(0.5 + confidence / 2.0, max(df, 1.0)))
 
 

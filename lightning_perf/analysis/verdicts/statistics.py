@@ -150,7 +150,7 @@ def _inverse(value: float) -> float:
     return 1.0 / value if value > 0 else math.inf
 
 
-def _check_confidence(confidence: float) -> None:
+def check_confidence(confidence: float) -> None:
     if not 0.5 <= confidence < 1.0:
         raise ValueError(f"confidence: expected a number in [0.5, 1), got {confidence!r}")
 
@@ -172,7 +172,7 @@ def median_interval_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, 
     """The 1-based ranks ``(l, n-l+1)`` of :func:`median_interval`'s order statistics; ``None`` below 6 values."""
     from scipy.stats import binom
 
-    _check_confidence(confidence)
+    check_confidence(confidence)
     if n == 0:
         return None
     lower = int(binom.ppf((1.0 - confidence) / 2.0, n, 0.5))  # P(B <= lower - 1) < alpha / 2
@@ -217,7 +217,7 @@ def compare_samples(
     import numpy as np
     from scipy.stats import mannwhitneyu
 
-    _check_confidence(confidence)
+    check_confidence(confidence)
     reducers = {
         "median": lambda x, axis: np.median(x, axis=axis),
         "p90": lambda x, axis: np.percentile(x, 90.0, axis=axis),
@@ -269,7 +269,7 @@ def compare_rounds(
     """
     from scipy.stats import t as student_t
 
-    _check_confidence(confidence)
+    check_confidence(confidence)
     pairs = [(b, o) for b, o in zip(baseline, other, strict=True) if b and o and b > 0 and o > 0]
     n = len(pairs)
     if n < 2:
@@ -293,7 +293,7 @@ def compare_round_differences(
     ``other[i] - baseline[i]`` in percentage points (``kind="points"``). ``None`` with fewer than two rounds."""
     from scipy.stats import t as student_t
 
-    _check_confidence(confidence)
+    check_confidence(confidence)
     diffs = [o - b for b, o in zip(baseline, other, strict=True)]
     n = len(diffs)
     if n < 2:
