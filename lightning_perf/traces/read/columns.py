@@ -54,9 +54,8 @@ class SpanColumns:
         self.start, self.end = start, end
         self.cats, self.cat_code = cats, cat_code
         self.names, self.name_code = names, name_code
-        self.thread_code = (
-            thread_code  # each span's thread, (pid, tid), as a number that differs between threads
-        )
+        # each span's thread, (pid, tid), as a number that differs between threads
+        self.thread_code = thread_code
         self.external_id = external_id  # object arrays: None where the span has none
         self.correlation = correlation
 
@@ -153,18 +152,26 @@ class ColumnsBuilder:
     values coded over all batches, the arrays joined once at the end."""
 
     def __init__(self) -> None:
-        self._parts: list[list[np.ndarray]] = [[] for _ in range(6)]  # start, end, then the four codes
+        self._start: list[np.ndarray] = []
+        self._end: list[np.ndarray] = []
+        self._name_code: list[np.ndarray] = []
+        self._cat_code: list[np.ndarray] = []
+        self._pid_code: list[np.ndarray] = []
+        self._tid_code: list[np.ndarray] = []
         self._external_id: list[Any] = []
         self._correlation: list[Any] = []
-        self._books = [Codebook() for _ in range(4)]  # names, categories, pids, tids
+        self._names, self._cats, self._pids, self._tids = Codebook(), Codebook(), Codebook(), Codebook()
 
     def add(self, start: np.ndarray, end: np.ndarray, *fields: list[Any]) -> None:
         """One batch: its start and end times, then the lists of its names, categories, pids, tids, external
         ids and correlation ids (the Span fields in order)."""
-        *coded, external_ids, correlations = fields
-        codes = [book.codes(values) for book, values in zip(self._books, coded, strict=True)]
-        for part, column in zip(self._parts, (start, end, *codes), strict=True):
-            part.append(column)
+        names, cats, pids, tids, external_ids, correlations = fields
+        self._start.append(start)
+        self._end.append(end)
+        self._name_code.append(self._names.codes(names))
+        self._cat_code.append(self._cats.codes(cats))
+        self._pid_code.append(self._pids.codes(pids))
+        self._tid_code.append(self._tids.codes(tids))
         self._external_id.extend(external_ids)
         self._correlation.extend(correlations)
 
@@ -179,24 +186,23 @@ class ColumnsBuilder:
 
     def columns(self, spans: list[Span]) -> SpanColumns:
         """The columns of every batch added, for ``spans``: the span tuples of those batches, in order."""
-        start, end, name_code, cat_code, pid_code, tid_code = (
-            np.concatenate(part) if part else np.empty(0, np.float64 if i < 2 else np.int32)
-            for i, part in enumerate(self._parts)
-        )
-        names, cats = self._books[0].values(), self._books[1].values()
         n = len(spans)
         return SpanColumns(
             spans,
-            start,
-            end,
-            cats,
-            cat_code,
-            names,
-            name_code,
-            thread_code(pid_code, tid_code),
+            _joined(self._start, np.float64),
+            _joined(self._end, np.float64),
+            self._cats.values(),
+            _joined(self._cat_code, np.int32),
+            self._names.values(),
+            _joined(self._name_code, np.int32),
+            thread_code(_joined(self._pid_code, np.int32), _joined(self._tid_code, np.int32)),
             np.fromiter(self._external_id, object, n),
             np.fromiter(self._correlation, object, n),
         )
+
+
+def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
 
 def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:
