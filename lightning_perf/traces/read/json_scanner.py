@@ -8,14 +8,13 @@ level of a Chrome trace with it. Standard library only; a typed decoder (msgspec
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from lightning_perf.errors import LightningPerfError
+from lightning_perf.traces.read.gunzip import GZIP_ERRORS
 
 # One JSON value (an event, a metadata field) longer than this is treated as corruption, not buffered:
 # torch events are at most a few KiB (long kernel names, input shapes), so 64 Mi chars is far beyond.
@@ -72,7 +71,7 @@ class JsonScanner:
             return False
         try:
             chunk = self._stream.read(self._chunk_chars)
-        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        except GZIP_ERRORS as err:
             raise TraceError(f"{self.path}: truncated or corrupt gzip data: {err}") from err
         except OSError as err:
             raise TraceError(f"{self.path}: cannot read the trace file: {err}") from err

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.atomic_file import atomic_path
+from lightning_perf.traces.read.gunzip import open_gzip_text
 from lightning_perf.traces.read.json_scanner import (
     EVENT,
     EVENTS_START,
@@ -60,7 +61,7 @@ def _open_text(path: str) -> IO[str]:
         with open(path, "rb") as fh:
             magic = fh.read(2)
         if magic == GZIP_MAGIC:
-            return gzip.open(path, "rt", encoding="utf-8", newline="")
+            return open_gzip_text(path)
         return open(path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by TraceReader
     except OSError as err:
         raise TraceError(f"{path}: cannot open trace file: {err.strerror or err}") from err

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gzip
 import math
 import os
-import zlib
 from typing import Any
 
 from lightning_perf.analysis.rules.trace import diagnose_trace
@@ -40,6 +38,7 @@ from lightning_perf.traces.figures.analysis import (
     step_breakdown,
 )
 from lightning_perf.traces.figures.gpu_figures import trace_figures
+from lightning_perf.traces.read.gunzip import GZIP_ERRORS, open_gzip_text
 from lightning_perf.traces.read.parallel_reader import check_jobs, map_traces
 from lightning_perf.traces.read.reader import GZIP_MAGIC, TraceError
 from lightning_perf.traces.read.spans import gc_paused
@@ -72,14 +71,17 @@ def is_trace_file(path: str) -> bool:
     try:
         with open(path, "rb") as fh:
             gz = fh.read(2) == GZIP_MAGIC
-        opener = gzip.open if gz else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+        with (
+            open_gzip_text(path, errors="replace")
+            if gz
+            else open(path, encoding="utf-8", errors="replace") as fh
+        ):
             # stop at the key: a folder of a thousand ranks is sniffed before the pool starts
             while (
                 len(head) < SNIFF_CHARS and '"traceEvents"' not in head and (chunk := fh.read(_SNIFF_CHUNK))
             ):
                 head += chunk
-    except (OSError, EOFError, zlib.error):
+    except (OSError, *GZIP_ERRORS):
         pass  # a truncated file still shows its start
     return head.lstrip().startswith("{") and '"traceEvents"' in head
 

@@ -1,0 +1,32 @@
+"""Opening gzip trace files for reading: ISA-L's decompressor (the ``isal`` package) where it is installed, else
+the standard library's zlib.
+
+torch writes every trace gzip'd, so inflating is a fixed part of reading one: on a 29 MB Kineto trace (2-core
+machine) Python's ``gzip`` streamed it in 26-29 ms, ``isal.igzip`` in 7-8 ms, the same bytes (see
+benchmarks/README.md). ``isal`` is a dependency on the platforms it ships wheels for; elsewhere nothing changes
+but the speed.
+
+Standard library and, when present, isal; imports nothing from torch or Lightning.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from typing import IO
+
+try:
+    from isal import igzip as _gzip_module
+    from isal.isal_zlib import error as _isal_error
+except ImportError:  # no wheel for this platform: zlib's gzip, the same results more slowly
+    _gzip_module = gzip
+    _isal_error = zlib.error
+
+# What reading a gzip stream raises on corrupt or truncated data, whichever decompressor reads it.
+GZIP_ERRORS: tuple[type[BaseException], ...] = (gzip.BadGzipFile, EOFError, zlib.error, _isal_error)
+FAST_GUNZIP = _gzip_module is not gzip
+
+
+def open_gzip_text(path: str, errors: str = "strict") -> IO[str]:
+    """``path`` (gzip) as UTF-8 text, newlines as written."""
+    return _gzip_module.open(path, "rt", encoding="utf-8", errors=errors, newline="")
