@@ -2,7 +2,8 @@
 :class:`~lightning_perf.traces.read.reader.TraceReader`.
 
 :class:`JsonScanner` keeps one read chunk (and the value it cuts) in memory; :func:`trace_items` walks the top
-level of a Chrome trace with it. Standard library only; a typed decoder (msgspec's, see
+level of a Chrome trace with it. Standard library only (and the gzip errors of
+:mod:`~lightning_perf.traces.read.gunzip`); a typed decoder (msgspec's, see
 :mod:`lightning_perf.traces.read.event_types`) can be plugged in for the batches of events.
 """
 

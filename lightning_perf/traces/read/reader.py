@@ -10,7 +10,8 @@ The parsing half of the trace code; the analyses that read parsed data live in
   ``distributedInfo`` rank that HolisticTraceAnalysis requires; :func:`is_dataloader_span` is the plugin's
   DataLoader rule it relies on.
 
-Standard library only; imports nothing from torch or Lightning. Times are in microseconds, as in the trace.
+Standard library only (gzip read through :mod:`~lightning_perf.traces.read.gunzip`: ISA-L where installed);
+imports nothing from torch or Lightning. Times are in microseconds, as in the trace.
 """
 
 from __future__ import annotations
