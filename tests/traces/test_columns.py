@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lightning_perf.traces.figures.analysis import cpu_operator_stats
+from lightning_perf.traces.figures.breakdown import _pairs_by_dict, _pairs_by_sort, step_breakdown
 from lightning_perf.traces.figures.host_calls import Issuer, issuing_operators
 from lightning_perf.traces.figures.intervals import union_of
 from lightning_perf.traces.read import columns
@@ -176,3 +177,40 @@ def test_a_dropped_trace_is_freed_without_the_cyclic_collector(realtraces):
             cols.picked(cols.in_cats({"kernel"}))
     finally:
         gc.enable()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(0, 4)), max_size=40),
+    st.lists(st.integers(0, 14), max_size=40),
+)
+def test_pairs_joined_by_sorting_are_the_dicts_pairs(calls, work_ids):
+    # (call's correlation id, its step); GPU activities' ids: repeated ids on both sides, ids with no match
+    call_ids = np.array([c for c, _ in calls], dtype=np.int64)
+    call_steps = np.array([s for _, s in calls], dtype=np.int64)
+    work = np.arange(100, 100 + len(work_ids), dtype=np.int64)
+    by_sort = _pairs_by_sort(call_ids, call_steps, work, np.array(work_ids, dtype=np.int64))
+    by_dict = _pairs_by_dict(call_ids.tolist(), call_steps, work, work_ids)
+    linked, steps = by_sort
+    assert len(linked) == len(steps)
+    pairs = sorted(zip(linked.tolist(), steps.tolist(), strict=True))
+    assert pairs == sorted(zip(by_dict[0].tolist(), by_dict[1].tolist(), strict=True))
+    # every pair is a real match: the activity's id is its call's id
+    expected = sorted(
+        (w, s) for w, i in zip(work.tolist(), work_ids, strict=True) for c, s in calls if c == i
+    )
+    assert pairs == expected
+
+
+def test_the_step_alignment_is_the_same_whatever_the_type_of_the_ids(realtraces):
+    # int ids are joined by sorting; the same ids as floats (which the dict reader may keep) through dicts
+    (path,) = find_traces(str(realtraces / "ddp_a100_rank1_of2"))
+    spans = load_trace(path).spans
+    as_floats = SpanList(
+        s if s.correlation is None else s._replace(correlation=float(s.correlation)) for s in spans
+    )
+    assert columns_of(spans).correlation_ids is not None
+    assert columns_of(as_floats).correlation_ids is None
+    by_sort, by_dict = step_breakdown(spans), step_breakdown(as_floats)
+    assert by_sort.device_aligned and by_sort.dropped_tail_steps == by_dict.dropped_tail_steps
+    assert [s.__dict__ for s in by_sort.steps] == [s.__dict__ for s in by_dict.steps]

@@ -188,6 +188,39 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
     return result
 
 
+def _pairs_by_sort(
+    call_ids: np.ndarray, call_steps: np.ndarray, work: np.ndarray, work_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each (GPU activity of ``work``, step of a call with its id) pair, as two arrays: a join of int64 ids by
+    sorting the calls' (a repeated id links the activity to each of its calls' steps)."""
+    order = np.argsort(call_ids, kind="stable")
+    call_ids, call_steps = call_ids[order], call_steps[order]
+    first = np.searchsorted(call_ids, work_ids, side="left")
+    counts = np.searchsorted(call_ids, work_ids, side="right") - first
+    linked = np.repeat(work, counts)
+    # for each pair, its place among its activity's calls: 0, 1, ... counts - 1
+    place = np.arange(len(linked)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return linked, call_steps[np.repeat(first, counts) + place]
+
+
+def _pairs_by_dict(
+    call_ids: list[Any], call_steps: np.ndarray, work: np.ndarray, work_ids: list[Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_pairs_by_sort` for ids of any (hashable) type."""
+    steps_of: dict[Any, list[int]] = defaultdict(list)
+    for correlation, step in zip(call_ids, call_steps.tolist(), strict=True):
+        steps_of[correlation].append(step)
+    pairs = [
+        (index, step)
+        for index, correlation in zip(work.tolist(), work_ids, strict=True)
+        for step in steps_of.get(correlation, ())
+    ]
+    if not pairs:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    linked, step_of_work = (np.array(column, dtype=np.int64) for column in zip(*pairs, strict=True))
+    return linked, step_of_work
+
+
 def _align_steps_to_device(
     steps: list[tuple[int | None, float, float]], cols: SpanColumns, runtimes: np.ndarray, device: np.ndarray
 ) -> tuple[list[tuple[int | None, float, float]], bool, int]:
@@ -201,21 +234,20 @@ def _align_steps_to_device(
     step_of_call = np.searchsorted(host_starts, cols.start[calls], side="right") - 1
     inside = step_of_call >= 0
     inside[inside] = cols.end[calls][inside] <= host_ends[step_of_call[inside]]
-    steps_of: dict[Any, list[int]] = defaultdict(list)
-    for correlation, step in zip(
-        cols.correlation[calls][inside].tolist(), step_of_call[inside].tolist(), strict=True
-    ):
-        steps_of[correlation].append(step)
     # every (GPU activity, step) pair linked by a correlation id
     work = np.flatnonzero(device & cols.has_correlation)
-    pairs = [
-        (index, step)
-        for index, correlation in zip(work.tolist(), cols.correlation[work].tolist(), strict=True)
-        for step in steps_of.get(correlation, ())
-    ]
-    if not pairs:
+    ids = cols.correlation_ids
+    if ids is None:  # ids of other types (the dict reader keeps any JSON value): matched through a dict
+        linked, step_of_work = _pairs_by_dict(
+            cols.correlation[calls][inside].tolist(),
+            step_of_call[inside],
+            work,
+            cols.correlation[work].tolist(),
+        )
+    else:
+        linked, step_of_work = _pairs_by_sort(ids[calls][inside], step_of_call[inside], work, ids[work])
+    if not len(linked):
         return steps, False, 0
-    linked, step_of_work = (np.array(column, dtype=np.int64) for column in zip(*pairs, strict=True))
     dev_lo = np.full(len(steps), math.inf)
     dev_hi = np.full(len(steps), -math.inf)
     np.minimum.at(dev_lo, step_of_work, cols.start[linked])

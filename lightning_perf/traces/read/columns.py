@@ -92,6 +92,21 @@ class SpanColumns:
     def has_correlation(self) -> np.ndarray:
         return _not_none(self.correlation)
 
+    @functools.cached_property
+    def correlation_ids(self) -> np.ndarray | None:
+        """The correlation ids as int64 where :attr:`has_correlation` (0 elsewhere), for joins by sorting; None
+        when one is not a plain int within int64 (the dict reader keeps any JSON value: a float, a string, a
+        bool), and callers then match ids through dicts."""
+        present = self.correlation[self.has_correlation]
+        if not set(map(type, present.tolist())) <= {int}:
+            return None
+        ids = np.zeros(len(self), dtype=np.int64)
+        try:
+            ids[self.has_correlation] = present.astype(np.int64)
+        except OverflowError:
+            return None
+        return ids
+
     def nesting_order(
         self, mask: np.ndarray, before: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
