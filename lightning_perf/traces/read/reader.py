@@ -56,15 +56,14 @@ DISTRIBUTED_INFO_KEY = "distributedInfo"
 # ---------------------------------------------------------------------------------------------------------
 
 
-def open_trace_text(path: str, errors: str = "strict") -> IO[str]:
-    """Open plain or gzip JSON as text, deciding by content (a renamed file still reads); TraceError naming the
-    file when it cannot be opened. ``errors``: what undecodable UTF-8 becomes (as in :func:`open`)."""
+def _open_text(path: str) -> IO[str]:
+    """Open plain or gzip JSON as text, deciding by content (a renamed file still reads)."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
         if magic == GZIP_MAGIC:
-            return open_gzip_text(path, errors=errors)
-        return open(path, encoding="utf-8", errors=errors, newline="")  # noqa: SIM115 - closed by the caller
+            return open_gzip_text(path)
+        return open(path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by TraceReader
     except OSError as err:
         raise TraceError(f"{path}: cannot open trace file: {err.strerror or err}") from err
 
@@ -89,7 +88,7 @@ class TraceReader:
         self._raw_metadata: list[tuple[str, str]] = []
         self._head_count = 0
         self._events_read = False
-        self._stream = open_trace_text(self.path)
+        self._stream = _open_text(self.path)
         try:
             self._scanner = JsonScanner(self._stream, self.path, READ_CHUNK_CHARS)
             self._items = trace_items(self._scanner)

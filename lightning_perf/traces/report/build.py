@@ -38,9 +38,9 @@ from lightning_perf.traces.figures.analysis import (
     step_breakdown,
 )
 from lightning_perf.traces.figures.gpu_figures import trace_figures
-from lightning_perf.traces.read.gunzip import GZIP_ERRORS
+from lightning_perf.traces.read.gunzip import GZIP_ERRORS, open_gzip_text
 from lightning_perf.traces.read.parallel_reader import check_jobs, map_traces
-from lightning_perf.traces.read.reader import TraceError, open_trace_text
+from lightning_perf.traces.read.reader import GZIP_MAGIC, TraceError
 from lightning_perf.traces.read.spans import gc_paused
 from lightning_perf.traces.report.changes import cycle_changes
 from lightning_perf.traces.report.ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
@@ -69,13 +69,19 @@ def is_trace_file(path: str) -> bool:
         return True
     head = ""
     try:
-        with open_trace_text(path, errors="replace") as fh:
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == GZIP_MAGIC
+        with (
+            open_gzip_text(path, errors="replace")
+            if gz
+            else open(path, encoding="utf-8", errors="replace") as fh
+        ):
             # stop at the key: a folder of a thousand ranks is sniffed before the pool starts
             while (
                 len(head) < SNIFF_CHARS and '"traceEvents"' not in head and (chunk := fh.read(_SNIFF_CHUNK))
             ):
                 head += chunk
-    except (TraceError, OSError, *GZIP_ERRORS):
+    except (OSError, *GZIP_ERRORS):
         pass  # a truncated file still shows its start
     return head.lstrip().startswith("{") and '"traceEvents"' in head
 
