@@ -61,6 +61,7 @@ print-lightning-matrix:
 bench: venv
 	$(BIN)/python benchmarks/bench_timing_accuracy.py
 	$(BIN)/python benchmarks/bench_overhead.py
+	$(BIN)/python benchmarks/bench_fetch_cpu.py
 	$(BIN)/python benchmarks/bench_traces.py
 
 clean:

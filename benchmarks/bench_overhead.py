@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lightning_perf import PerfCallback  # noqa: E402
-from lightning_perf.collect import fetch_timing  # noqa: E402
+from lightning_perf.collect.steps import fetch_timing  # noqa: E402
 
 # idle cost target above an empty Callback (issue 16): 2 us a batch, 0.4% of a 0.5 ms step
 TARGET_US = 2.0

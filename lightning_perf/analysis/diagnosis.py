@@ -29,6 +29,8 @@ from lightning_perf.analysis.summary import Finding, RunSummary
 
 # Rule order within one severity is the order findings are shown in.
 RULES = (
+    # first: when others hold the cores it leads (high), before what the run's CPU figures seem to say
+    rules_noise.noisy_machine,
     rules_input.input_bound,
     rules_slowdown.slowdown,
     rules_pipeline.batched_transforms,
@@ -47,7 +49,6 @@ RULES = (
     rules_memory.memory_growth,
     rules_compile.recompilation,
     rules_compile.graph_breaks,
-    rules_noise.noisy_machine,
 )
 
 __all__ = ["RULES", "SETTING_TARGETS", "diagnose", "input_bound_verdict"]
@@ -65,14 +66,15 @@ def diagnose(summary: RunSummary) -> list[Finding]:
         finding = rule(summary, verdict if rule is rules_input.input_bound else graded)
         if finding is not None:
             findings.append(finding)
-    findings = _one_voice(findings)
+    findings = _one_voice(findings, summary)
     return sorted(findings, key=lambda f: SEVERITY_ORDER.index(f.severity))
 
 
-def _one_voice(findings: list[Finding]) -> list[Finding]:
+def _one_voice(findings: list[Finding], summary: RunSummary) -> list[Finding]:
     """Advice that does not contradict itself: when the input pipeline is CPU-bound in a way more workers
-    cannot fix (``batched_transforms``), the input-bound finding does not also ask for more workers."""
-    if not any(f.id == "batched_transforms" for f in findings):
+    cannot fix (``batched_transforms``), the input-bound finding does not also ask for more workers, except a
+    first worker for a run with none: with 0 workers loading never overlaps the step."""
+    if summary.settings.num_workers == 0 or not any(f.id == "batched_transforms" for f in findings):
         return findings
     return [
         dataclasses.replace(

@@ -130,6 +130,12 @@ class TimingSummary:
     gpu_data_wait_ms: Distribution | None = None
     gpu_compute_ms: Distribution | None = None
     gpu_data_wait_pct: float | None = None
+    # Why a fetch is late with 0 workers (the loading runs in the training thread's fetch): the wall time and the
+    # thread's CPU time (``time.thread_time``) of the sampled fetches, every 8th batch, ``fetches_sampled`` of them.
+    # CPU time close to the wall time: the loading computes; well below it: it waits (storage, sleep, a lock).
+    fetch_wall_ms: float = 0.0
+    fetch_cpu_ms: float = 0.0
+    fetches_sampled: int = 0
     # per-step samples in step order (at most MAX_SAMPLES, evenly thinned): step time and its DataLoader wait
     step_samples_ms: list[float] = field(default_factory=list)
     wait_samples_ms: list[float] = field(default_factory=list)
@@ -166,6 +172,13 @@ class CpuUtilization:
     workers_rss_gb: float | None = None
     num_workers_seen: int | None = None
     cpu_count: int | None = None
+    # Why the DataLoader workers are late, summed over the workers alive between the sampler's kept reads:
+    # seconds of wall time, of CPU time (the OS's), and of waiting for a core while runnable (Linux
+    # /proc/<pid>/schedstat of each worker's main thread; None where not readable). Wall time not spent on a CPU
+    # nor in the run queue is waiting: storage, network, sleep, locks, or an empty task queue.
+    workers_wall_s: float | None = None
+    workers_cpu_s: float | None = None
+    workers_runqueue_s: float | None = None
 
 
 @dataclass
@@ -195,6 +208,9 @@ class MachineState:
     own_cores: float | None = None
     other_cores: float | None = None
     steal_pct: float | None = None
+    # the share (%) of the run's wall time the training thread was runnable but waited for a core (Linux
+    # schedstat): other processes holding the cores the run needs, measured where it costs the run
+    train_thread_runqueue_pct: float | None = None
     load_avg_1m: float | None = None
     cpu_freq_mhz: float | None = None
     cpu_freq_max_mhz: float | None = None

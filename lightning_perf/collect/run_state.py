@@ -9,6 +9,7 @@ wait and batch size. It holds no Lightning objects, so the callback stays a thin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from time import thread_time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -37,6 +38,11 @@ _MAX_SHAPES = 8
 _CONSTANT_SHAPES = 2
 # shapes are sampled (batches 1, 9, 17, ...): varying inputs show up within a few batches, at 1/8 the cost
 _SHAPE_CHECK_MASK = 7
+# The fetch's CPU time (the training thread's, `time.thread_time`: 0.23 us a call here) is read around every 8th
+# fetch, from the 5th batch on (the first is the epoch's start-up): a share of CPU time to wall time needs
+# no more, and the reads then cost ~0.06 us a batch (benchmarks/bench_fetch_cpu.py).
+_FETCH_CPU_MASK = 7
+_FETCH_CPU_PHASE = 4
 _SEQUENCES = (list, tuple)
 _TENSOR = torch.Tensor  # a module global: one lookup on the per-batch path instead of two
 
@@ -87,6 +93,11 @@ class PerfSession:
         self.compiles: compile_events.CompileWatch | None = None  # torch.compile's compilations (fit only)
         self.traced_ranks: list[int] = []  # the job's ranks that record traces (trace_ranks)
         self.watch: LongRunWatch | None = None  # fit only: the slowdown check and extra cycles, per window
+        # the sampled fetches' wall and CPU seconds (why a fetch is late when the loading runs in this thread)
+        self._fetch_cpu_start = 0.0
+        self.fetch_wall_s = 0.0
+        self.fetch_cpu_s = 0.0
+        self.fetches_sampled = 0
 
     # -- fetcher listener: the hot path, once per batch (see benchmarks/README.md for its cost) ----------
 
@@ -100,7 +111,9 @@ class PerfSession:
         step = self.batches
         self.batches = step + 1
         if self.window is not None and self.window.boundary(step):
-            return True
+            marked = True
+        if step & _FETCH_CPU_MASK == _FETCH_CPU_PHASE:
+            self._fetch_cpu_start = thread_time()
         return marked
 
     def after_fetch(self, t_start: float, t_end: float, fetched: Any) -> None:
@@ -120,6 +133,10 @@ class PerfSession:
                 if samples > self._largest_batch:
                     self._largest_batch = samples
         self.clock.batch(self._boundary, t_start, t_end, samples)
+        if self.batches & _FETCH_CPU_MASK == _FETCH_CPU_PHASE + 1:
+            self.fetch_cpu_s += thread_time() - self._fetch_cpu_start
+            self.fetch_wall_s += t_end - t_start
+            self.fetches_sampled += 1
 
     def fetch_stopped(self) -> None:
         self.clock.fetch_stopped(self._boundary)

@@ -79,6 +79,10 @@ def build_summary(
         compile=compiled,
         slowdowns=list(session.watch.slowdowns) if session.watch is not None else [],
     )
+    if session.fetches_sampled:
+        timing = summary.timing
+        timing.fetch_wall_ms, timing.fetch_cpu_ms = session.fetch_wall_s * 1e3, session.fetch_cpu_s * 1e3
+        timing.fetches_sampled = session.fetches_sampled
     if sampler is not None:
         summary.utilization = sampler.summary()
         summary.machine = with_gpu_clocks(summary.machine, sampler)

@@ -135,10 +135,21 @@ def test_survives_a_json_round_trip_of_the_summary():
     assert fire(summary).settings_change == {"batched_transforms": True}
 
 
-def test_input_bound_does_not_ask_for_workers_when_workers_cannot_fix_it():
+def test_input_bound_does_not_ask_for_more_workers_when_workers_cannot_fix_it():
     """One voice: the batched-transforms finding and the input-bound finding never contradict each other."""
-    summary = case_study()
+    summary = case_study(
+        num_workers=1,
+        cpu={"process_cpu_pct": 110.0, "workers_cpu_pct": 95.0, "workers_wall_s": 10.0, "workers_cpu_s": 9.5},
+        probes=probe({1: 28.0, 2: 29.0}),
+    )
     findings = {f.id: f for f in diagnose(summary)}
     assert "batched_transforms" in findings
     assert "num_workers" not in findings["input_bound"].settings_change
     assert "More workers will not help" in findings["input_bound"].recommendation
+
+
+def test_zero_workers_get_a_first_worker_beside_the_recipe():
+    """With 0 workers loading never overlaps the step: a first worker is advised even when the CPU is full."""
+    findings = {f.id: f for f in diagnose(case_study())}
+    assert "batched_transforms" in findings
+    assert findings["input_bound"].settings_change == {"num_workers": 1}

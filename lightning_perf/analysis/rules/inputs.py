@@ -8,13 +8,8 @@ from __future__ import annotations
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rules.helpers import (
-    lightning_worker_bound,
-    medians,
-    on_cuda,
-    suggest_workers,
-    usable_cores,
-)
+from lightning_perf.analysis.rules.helpers import lightning_worker_bound, means, on_cuda, usable_cores
+from lightning_perf.analysis.rules.loading import WAITS, loading_of, machine_busy, suggest_workers
 from lightning_perf.analysis.rules.thresholds import (
     EPOCH_START_SHARE_PCT,
     INPUT_BOUND_HIGH_PCT,
@@ -93,7 +88,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     wait = input_wait(summary)
     if wait.source == "host-side DataLoader wait":  # its interval comes from the host's per-step samples
         words, interval = graded_words(summary, verdict)
-        evidence = f"DataLoader wait is {_fmt(wait.value)}% of step time{interval}" + medians(summary)
+        evidence = f"DataLoader wait is {_fmt(wait.value)}% of step time{interval}" + means(summary)
     else:  # on a GPU: its own account, and which one
         words, interval = verdict, ""
         evidence = f"Input wait is {_fmt(wait.value)}% of step time ({wait.source})"
@@ -122,10 +117,18 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             "pipeline: a short run cannot tell a slow DataLoader from its start-up.",
         )
     severity = "high" if verdict == VERDICTS[0] else "medium"
+    loading = loading_of(summary)
+    if loading is not None:
+        evidence += f"; {loading.describe()}"
     workers, why = suggest_workers(summary)
     change = {} if workers is None else {"num_workers": workers}
     if workers is not None:
         recommendation = f"Set `num_workers={workers}` in the training DataLoader ({why})."
+        if loading is not None and loading.cause == WAITS:
+            recommendation += (
+                " Workers that wait cost little CPU; keep them alive across epochs (`persistent_workers=True`) "
+                "and raise `prefetch_factor` if the wait stays uneven."
+            )
     elif why:
         recommendation = (
             f"More workers will not help ({why}): make the per-sample work cheaper (decode, transforms, "
@@ -162,8 +165,9 @@ def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | No
     start, step = timing.epoch_start_ms, timing.step_time_ms
     if start is None or step is None or timing.epochs <= 0 or timing.steps <= 0:
         return None
-    # epoch time estimated as its steps at the median step time plus the start-up itself
-    epoch_ms = timing.steps / timing.epochs * step.median + start.median
+    # epoch time estimated as its steps at the mean step time (workers deliver in bursts: the median step of a
+    # waiting loop can be a fraction of the mean) plus the start-up itself
+    epoch_ms = timing.steps / timing.epochs * step.mean + start.median
     share = 100.0 * start.median / epoch_ms if epoch_ms > 0 else None
     if share is None or share < EPOCH_START_SHARE_PCT:
         return None
@@ -172,8 +176,8 @@ def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | No
         severity="medium",
         title="DataLoader workers restart every epoch",
         evidence=f"Epoch start-up (first fetch) takes {_fmt(start.median)} ms, {_fmt(share)}% of an epoch "
-        f"(~{_fmt(epoch_ms)} ms: {_fmt(timing.steps / timing.epochs)} steps at median "
-        f"{_fmt(step.median)} ms), "
+        f"(~{_fmt(epoch_ms)} ms: {_fmt(timing.steps / timing.epochs)} steps at mean "
+        f"{_fmt(step.mean)} ms), "
         f"with {settings.num_workers} workers and persistent_workers=False.",
         recommendation="Set `persistent_workers=True` so workers survive between epochs.",
         settings_change={"persistent_workers": True},
@@ -183,6 +187,11 @@ def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | No
 def prefetch_factor(summary: RunSummary, verdict: str | None) -> Finding | None:
     workers = summary.settings.num_workers
     if verdict not in VERDICTS[:2] or not workers:
+        return None
+    loading = loading_of(summary)
+    if (
+        loading is not None and loading.cause != WAITS
+    ):  # workers that compute are short of cores, not of tasks
         return None
     current = summary.settings.prefetch_factor
     factor = current if current else 2  # torch's default when num_workers > 0
@@ -200,6 +209,11 @@ def prefetch_factor(summary: RunSummary, verdict: str | None) -> Finding | None:
 def workers_exceed_cores(summary: RunSummary, verdict: str | None) -> Finding | None:
     workers, cores = summary.settings.num_workers, usable_cores(summary)
     if not workers or not cores:
+        return None
+    if verdict in VERDICTS[:2]:  # an input-bound run is never told to use fewer workers
+        return None
+    loading = loading_of(summary)
+    if loading is not None and loading.cause == WAITS:  # workers that sleep do not compete for the cores
         return None
     local_ranks = max(summary.settings.devices or 1, 1)
     if workers * local_ranks <= cores:
@@ -225,7 +239,8 @@ def workers_saturated(summary: RunSummary, verdict: str | None) -> Finding | Non
     per_worker = busy / workers
     if per_worker < WORKER_SATURATED_PCT:
         return None
-    bound = verdict in VERDICTS[:2]
+    # on a machine whose cores others hold, a CPU-bound verdict is withheld (rules_noise speaks first)
+    bound = verdict in VERDICTS[:2] and machine_busy(summary) is None
     return Finding(
         id="workers_saturated",
         severity="medium" if bound else "low",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rules.loading import machine_busy
 from lightning_perf.analysis.rules.thresholds import (
     NOISY_GPU_SLOWDOWN_PCT,
     NOISY_OTHER_CPU_SHARE,
@@ -16,6 +17,7 @@ from lightning_perf.analysis.rules.thresholds import (
 from lightning_perf.analysis.summary import Finding, MachineState, RunSummary
 
 BUSY_TITLE = "The machine was busy with other work while this run measured"
+HELD_TITLE = "Other processes held the cores this run needed"
 GPU_SLOWED_TITLE = "The GPU's clocks were held down while this run measured"
 
 
@@ -29,6 +31,18 @@ def noisy_machine(summary: RunSummary, verdict: str | None) -> Finding | None:
     slowed = {r: s for r, s in machine.gpu_slowdown_pct.items() if s >= NOISY_GPU_SLOWDOWN_PCT}
     if not (busy or stolen or slowed):
         return None
+    held = machine_busy(summary)
+    if held is not None:  # it leads the diagnosis: the CPU figures of this run say more about the others
+        return Finding(
+            id="noisy_machine",
+            severity="high",
+            title=HELD_TITLE,
+            evidence=f"During the run {held}: the run's CPU figures (and any CPU-bound verdict) are not its own; "
+            f"timings may be off by {_effect(summary, other, cores, None)}.",
+            recommendation="Free the cores (stop the other jobs, or give this job its own cores: `taskset`, "
+            "SLURM `--cpus-per-task`) and measure again before acting on CPU-side advice; "
+            "compare settings with `lightning-perf trial --repeats N` (interleaved rounds).",
+        )
     causes = []
     if busy:
         assert other is not None and cores

@@ -2,7 +2,8 @@
 
 ``input_bound`` recommends workers; :func:`batched_transforms` speaks when workers are no way out: the
 num_workers probe measured no gain over the run's own setting, or the training process and its workers
-already fill the usable cores. The expert fix is then to stop doing per-sample work on the CPU: keep the
+already fill the usable cores; and only when the measured loading computes (its CPU time close to its wall time,
+:mod:`lightning_perf.analysis.rules.loading`) on a machine whose cores others do not hold. The expert fix is then to stop doing per-sample work on the CPU: keep the
 samples as uint8 tensors and augment whole batches on the device, in ``LightningModule.on_after_batch_transfer``.
 Its settings change is the named recipe ``{"batched_transforms": True}``, for code that knows how to apply it.
 
@@ -16,6 +17,7 @@ from typing import Any
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import probe_value, usable_cores
+from lightning_perf.analysis.rules.loading import COMPUTES, loading_of, machine_busy
 from lightning_perf.analysis.rules.thresholds import CORES_BUSY_SHARE, PROBE_GAIN_MIN, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
 
@@ -25,18 +27,22 @@ RECIPE = "batched_transforms"
 def batched_transforms(summary: RunSummary, verdict: str | None) -> Finding | None:
     if verdict not in VERDICTS[:2]:
         return None
+    # "CPU-bound" only when the measured CPU says so: not for a loader that waits, not while others hold the cores
+    loading = loading_of(summary)
+    if (loading is not None and loading.cause != COMPUTES) or machine_busy(summary) is not None:
+        return None
     no_gain = probe_shows_no_gain(summary)
     busy = cores_in_use(summary)
     cores_full = busy is not None and busy[0] >= CORES_BUSY_SHARE * busy[1]
     if no_gain is None and not cores_full:
         return None
-    reasons = []
+    reasons = [] if loading is None else [loading.describe()]
     if no_gain is not None:
         reasons.append(no_gain)
     if busy is not None:
         used, cores = busy
         reasons.append(
-            f"the training process and its workers use {_fmt(used)} of {cores} usable cores "
+            f"the training process and its workers use or wait for {_fmt(used)} of {cores} usable cores "
             f"({_fmt(100.0 * used / cores)}%, line {_fmt(100.0 * CORES_BUSY_SHARE)}%)"
         )
     per_sample = per_sample_ms(summary)
@@ -58,7 +64,7 @@ def batched_transforms(summary: RunSummary, verdict: str | None) -> Finding | No
 def probe_shows_no_gain(summary: RunSummary) -> str | None:
     """Why the num_workers probe says more workers do not help, or ``None`` (no probe, or it found a gain)."""
     probe = summary.probes.get("num_workers")
-    if probe is None:
+    if probe is None or probe_value(probe, "disturbed"):  # a probe on a busy machine did not choose
         return None
     current = summary.settings.num_workers or 0
     suggested = probe_value(probe, "suggested")
@@ -81,13 +87,21 @@ def probe_shows_no_gain(summary: RunSummary) -> str | None:
 
 
 def cores_in_use(summary: RunSummary) -> tuple[float, int] | None:
-    """(cores busy with the training process and its workers, usable cores), or ``None`` when not measured."""
+    """(cores the training process and its workers used or were ready to use, usable cores), or ``None`` when
+    not measured. Run-queue time (runnable, waiting for a core) counts: the run's own processes crowding each
+    other fill the cores as much as running does."""
     cpu, cores = summary.utilization.cpu, usable_cores(summary)
     process = _num(cpu.process_cpu_pct) if cpu else None
     if process is None or not cores:
         return None
-    workers = _num(cpu.workers_cpu_pct) if cpu else None
-    return (process + (workers or 0.0)) / 100.0, cores
+    used = process + (_num(cpu.workers_cpu_pct) or 0.0)
+    machine = summary.machine
+    queue = _num(machine.train_thread_runqueue_pct) if machine is not None else None
+    used += queue or 0.0
+    wall, workers_queue, seen = _num(cpu.workers_wall_s), _num(cpu.workers_runqueue_s), cpu.num_workers_seen
+    if wall and workers_queue is not None and seen:
+        used += 100.0 * workers_queue / (wall / seen)  # the workers' run-queue seconds per second of the run
+    return min(used / 100.0, float(cores)), cores
 
 
 def per_sample_ms(summary: RunSummary) -> tuple[float, str] | None:

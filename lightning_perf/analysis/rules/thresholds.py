@@ -46,6 +46,27 @@ PROBE_GAIN_MIN = WORKERS_MARGIN
 # worker to run beside the model without taking its time (the 2-core case study measured 86%).
 CORES_BUSY_SHARE = 0.8
 
+# Why a batch is late (rules/loading.py). The loading "waits" when at least half its wall time is spent neither
+# on a CPU nor waiting for one (storage, network, a sleep, a lock): a second worker can then fill that time
+# without taking a core from the first. Our choice: the midpoint; the loaders we measured sat far from it
+# (a sleeping loader 90-99% waiting, per-sample transforms 2-20%).
+LOADING_WAITS_SHARE = 0.5
+# Fewest sampled fetches (every 8th batch) for the CPU-to-wall share of a run with 0 workers. Our choice: with
+# fewer the share rests on one or two batches.
+MIN_FETCHES_SAMPLED = 3
+# Workers worth having for a loader that waits: as many as fit in the free cores at the CPU share each one was
+# measured to use (a worker waiting 97% of its time uses 3% of a core), at most WAITING_WORKERS_MAX. Our choice:
+# every worker is a process holding a copy of the dataset object and its prefetched batches, and non-persistent
+# ones start again every epoch (tens of ms each); the num_workers probe measures past it where memory allows.
+WAITING_WORKERS_MAX = 16
+# Other processes "hold the cores this run needs" when, while they used the machine, the training thread was
+# runnable but waited for a core this share of the run's wall time (Linux schedstat): the run lost that much to
+# them, and the same 10% line as a noisy machine (NOISY_OTHER_CPU_SHARE) applies. Measured on this 2-core
+# machine: 1-3% beside an idle core, 13-24% with two CPU hogs. Without run-queue figures (not Linux): others
+# used half the cores or more.
+BUSY_RUNQUEUE_PCT = 10.0
+BUSY_OTHER_CPU_SHARE = 0.5
+
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 VERDICTS = ("highly input-bound", "moderately input-bound", "not input-bound")
 FULL_PRECISION = ("32-true", "32")

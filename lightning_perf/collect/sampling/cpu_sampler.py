@@ -2,6 +2,10 @@
 
 :class:`PsutilBackend` is what :class:`lightning_perf.collect.sampling.utilization.UtilSampler` reads on its thread for
 the ``perf/*cpu*`` and ``perf/*rss*`` metrics; :func:`usable_cpu_count` is the cores this process may use.
+
+It also keeps, per read, where the workers' wall time went (:attr:`PsutilBackend.last_workers_time`): on a CPU
+(psutil's CPU times), runnable but waiting for a core (:func:`runqueue_seconds`, Linux schedstat), or neither
+(waiting on storage, the network, a sleep, a lock). That is why a batch from the workers is late.
 """
 
 from __future__ import annotations
@@ -45,6 +49,18 @@ def _system_busy_total(psutil: Any) -> tuple[float, float]:
     return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
+def runqueue_seconds(pid: int, tid: int | None = None) -> float | None:
+    """Seconds thread ``tid`` of process ``pid`` (its main thread by default) has been runnable but waited for a
+    core, from Linux's ``/proc/<pid>/task/<tid>/schedstat`` (on-CPU ns, run-queue ns, time slices); ``None`` where
+    the file does not exist (other systems, kernels without schedstats). psutil does not expose it."""
+    path = f"/proc/{pid}/schedstat" if tid is None else f"/proc/{pid}/task/{tid}/schedstat"
+    try:
+        with open(path, "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _is_service_process(process: Any) -> bool:
     command = " ".join(process.cmdline())
     return any(marker in command for marker in SERVICE_PROCESS_MARKERS)
@@ -59,10 +75,14 @@ class PsutilBackend:
         self._process = psutil.Process(pid)
         self._exclude = frozenset(exclude_pids)
         self._clock = clock
-        self._workers: dict[int, list[Any]] = {}  # pid -> [psutil.Process, its CPU seconds at the last read]
+        # pid -> [psutil.Process, its CPU seconds, its run-queue seconds (None: unreadable), when they were read]
+        self._workers: dict[int, list[Any]] = {}
         self._services: dict[int, Any] = {}  # pid -> psutil.Process of multiprocessing's own helpers
         self._last = (clock(), _cpu_seconds(self._process), *_system_busy_total(psutil))
         self.last_interval_s = 0.0
+        # the workers' (wall, CPU, run-queue) seconds over the last read, summed over the live workers; run queue
+        # None when some worker's schedstat could not be read
+        self.last_workers_time: tuple[float, float, float | None] = (0.0, 0.0, None)
         self._rescan(self._last[0])
 
     def _rescan(self, now: float) -> None:
@@ -86,7 +106,7 @@ class PsutilBackend:
                     if _is_service_process(child):
                         self._services[child.pid] = child
                         continue
-                    entry = [child, _cpu_seconds(child)]
+                    entry = [child, _cpu_seconds(child), runqueue_seconds(child.pid), now]
             except self._gone:
                 continue
             workers[child.pid] = entry
@@ -103,7 +123,8 @@ class PsutilBackend:
         if now <= last_time:
             return {}, len(self._workers)
         cpu = _cpu_seconds(self._process)
-        workers_cpu = 0.0
+        workers_cpu = workers_wall = 0.0
+        workers_queue: float | None = 0.0
         workers_rss = 0
         for pid, entry in list(self._workers.items()):
             try:
@@ -113,9 +134,16 @@ class PsutilBackend:
                 del self._workers[pid]
                 continue
             workers_cpu += max(0.0, worker_cpu - entry[1])
-            entry[1] = worker_cpu
+            workers_wall += max(0.0, now - entry[3])
+            queue = runqueue_seconds(pid)
+            if workers_queue is not None and queue is not None and entry[2] is not None:
+                workers_queue += max(0.0, queue - entry[2])
+            else:
+                workers_queue = None
+            entry[1], entry[2], entry[3] = worker_cpu, queue, now
         busy, total = _system_busy_total(self._psutil)
         self.last_interval_s = now - last_time  # the seconds these rates cover
+        self.last_workers_time = (workers_wall, workers_cpu, workers_queue if self._workers else 0.0)
         values = {
             CPU_UTIL: 100.0 * (cpu - last_cpu) / (now - last_time),
             WORKERS_CPU: 100.0 * workers_cpu / (now - last_time),

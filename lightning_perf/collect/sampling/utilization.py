@@ -167,6 +167,8 @@ class UtilSampler:
         self._compute_capability: list[int] | None = None
         self._max_sm_clock: list[float | None] = []
         self._workers_seen = 0
+        # the workers' (wall, CPU, run-queue) seconds summed over the kept reads; run queue None: unreadable
+        self._workers_time: list[Any] = [0.0, 0.0, 0.0]
         self._next_cpu_read = 0.0
         self.gpu_metrics_unavailable = {}
 
@@ -297,11 +299,19 @@ class UtilSampler:
                 self._cpu = None
                 return
             seconds = self._cpu.last_interval_s
+            workers_time = self._cpu.last_workers_time
         if cpu and seconds > 0:
             with self._lock:
                 self._window.add(cpu, seconds)
                 self._run.add(cpu, seconds)
                 self._workers_seen = max(self._workers_seen, workers)
+                wall, busy, queue = workers_time
+                self._workers_time[0] += wall
+                self._workers_time[1] += busy
+                if queue is None or self._workers_time[2] is None:
+                    self._workers_time[2] = None
+                else:
+                    self._workers_time[2] += queue
 
     def _add(self, sample: dict[str, float], rows: list[dict[str, float]] = ()) -> None:
         with self._lock:
@@ -344,6 +354,7 @@ class UtilSampler:
             run = self._run.means()
             peaks = [s.peaks[GPU_MEM_USED] for s in self._device_stats if GPU_MEM_USED in s.peaks]
             workers_seen = self._workers_seen
+            workers_wall, workers_busy, workers_queue = self._workers_time
         gpu = None
         if any(key in run for key in GPU_KEYS):
             name = ", ".join(dict.fromkeys(self._gpu_names))
@@ -358,6 +369,12 @@ class UtilSampler:
             num_workers_seen=workers_seen if CPU_UTIL in run else None,
             cpu_count=usable_cpu_count(),
         )
+        if workers_wall > 0:
+            cpu.workers_wall_s, cpu.workers_cpu_s, cpu.workers_runqueue_s = (
+                workers_wall,
+                workers_busy,
+                workers_queue,
+            )
         return UtilizationSummary(
             gpu=gpu,
             gpu_unavailable_reason=self.gpu_unavailable_reason,

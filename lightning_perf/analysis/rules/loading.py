@@ -1,0 +1,225 @@
+"""Why a batch is late, measured: the input pipeline's CPU time against its wall time, and the advice that follows.
+
+A batch is late because its loading *waits* (storage, network, a sleep, a lock: CPU time well below wall time),
+because it *computes* (decode, augment: CPU time close to wall time), or because *others* hold the cores (the
+loading was runnable but waited for a core, and other processes used the machine). Where the loading runs:
+
+* 0 workers: in the training thread's fetch (``TimingSummary.fetch_cpu_ms`` of ``fetch_wall_ms``, sampled);
+* workers: in the worker processes (``CpuUtilization.workers_cpu_s`` and ``workers_runqueue_s`` of
+  ``workers_wall_s``, from the OS).
+
+:func:`suggest_workers` turns that into a ``num_workers`` for an input-bound run: waiting loaders get workers past
+the core count (they sleep, not compute), computing ones up to the free cores, 0 workers always at least 1 (with
+0 workers loading never overlaps the step, however fast the loader), never fewer than the run has. A measured
+num_workers probe that was not disturbed gives the count instead of the estimate.
+
+Pure: reads a :class:`RunSummary`, imports nothing from Lightning or torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lightning_perf.analysis.numbers import finite as _num
+from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.numbers import whole
+from lightning_perf.analysis.rules.helpers import lightning_worker_bound, probe_value, usable_cores
+from lightning_perf.analysis.rules.thresholds import (
+    BUSY_OTHER_CPU_SHARE,
+    BUSY_RUNQUEUE_PCT,
+    LOADING_WAITS_SHARE,
+    MIN_FETCHES_SAMPLED,
+    NOISY_OTHER_CPU_SHARE,
+    WAITING_WORKERS_MAX,
+    WORKERS_MARGIN,
+)
+from lightning_perf.analysis.summary import RunSummary
+
+WAITS = "waits"
+COMPUTES = "computes"
+
+
+@dataclass(frozen=True)
+class Loading:
+    """Where the loading's wall time went, as shares of it (0-1): on a CPU, waiting for a core, the rest waiting."""
+
+    where: str  # "the training thread's fetches" or "the N DataLoader workers"
+    cpu_share: float
+    queue_share: float | None  # None: run-queue time not measured (not Linux)
+    plural: bool = True
+
+    @property
+    def wait_share(self) -> float:
+        return max(0.0, 1.0 - self.cpu_share - (self.queue_share or 0.0))
+
+    @property
+    def cause(self) -> str:
+        return WAITS if self.wait_share >= LOADING_WAITS_SHARE else COMPUTES
+
+    def describe(self) -> str:
+        """``the 2 DataLoader workers wait 83% of their time (storage, network, a sleep or a lock) ...``"""
+        queue = self.queue_share or 0.0
+        waiting_for_core = f", {_fmt(100.0 * queue)}% waiting for a core" if queue >= 0.05 else ""
+        wait, compute, their = ("wait", "compute", "their") if self.plural else ("waits", "computes", "its")
+        if self.cause == WAITS:
+            return (
+                f"{self.where} {wait} {_fmt(100.0 * self.wait_share)}% of {their} time (storage, network, a sleep "
+                f"or a lock) and {compute} {_fmt(100.0 * self.cpu_share)}%{waiting_for_core}"
+            )
+        return (
+            f"{self.where} {compute} {_fmt(100.0 * self.cpu_share)}% of {their} time{waiting_for_core} and "
+            f"{wait} {_fmt(100.0 * self.wait_share)}%"
+        )
+
+
+def loading_of(summary: RunSummary) -> Loading | None:
+    """The measured loading of the run's training DataLoader; ``None`` when it was not measured."""
+    timing, cpu = summary.timing, summary.utilization.cpu
+    workers = summary.settings.num_workers
+    if workers is None and cpu is not None:
+        workers = cpu.num_workers_seen
+    if workers == 0:
+        wall, busy = _num(timing.fetch_wall_ms), _num(timing.fetch_cpu_ms)
+        if timing.fetches_sampled < MIN_FETCHES_SAMPLED or not wall or busy is None:
+            return None
+        # the thread's CPU clock ticks coarser than the wall clock on some systems: at most the whole wall
+        return Loading("the training thread's fetches", min(1.0, busy / wall), None)
+    if not workers or cpu is None:
+        return None
+    wall, busy, queue = _num(cpu.workers_wall_s), _num(cpu.workers_cpu_s), _num(cpu.workers_runqueue_s)
+    if not wall or busy is None:
+        return None
+    cpu_share = min(1.0, busy / wall)
+    queue_share = None if queue is None else min(1.0 - cpu_share, queue / wall)
+    if workers == 1:
+        return Loading("the DataLoader worker", cpu_share, queue_share, plural=False)
+    return Loading(f"the {workers} DataLoader workers", cpu_share, queue_share)
+
+
+def machine_busy(summary: RunSummary) -> str | None:
+    """Evidence that other processes held the cores this run needed, or ``None``.
+
+    Busy counters alone cannot tell: another process on an otherwise idle core costs the run nothing. So where
+    the training thread's run-queue time was measured, the others must have made it wait for a core
+    (``BUSY_RUNQUEUE_PCT`` of the run); elsewhere they must have used ``BUSY_OTHER_CPU_SHARE`` of the cores.
+    """
+    machine = summary.machine
+    if machine is None:
+        return None
+    other, cores = _num(machine.other_cores), machine.cpu_count or usable_cores(summary)
+    if other is None or not cores or other < NOISY_OTHER_CPU_SHARE * cores:
+        return None
+    queue = _num(machine.train_thread_runqueue_pct)
+    others = f"other processes used {_fmt(other)} of {cores} cores ({_fmt(100.0 * other / cores)}%)"
+    if queue is not None:
+        if queue < BUSY_RUNQUEUE_PCT:
+            return None
+        return f"{others}, and the training thread waited for a core {_fmt(queue)}% of the run"
+    return others if other >= BUSY_OTHER_CPU_SHARE * cores else None
+
+
+def waiting_workers_cap(summary: RunSummary, loading: Loading, cores: int) -> tuple[int, str]:
+    """Most workers worth having for a loader that waits, and why: as many as fit in the cores the training process
+    leaves free at the CPU share each worker was measured to use, at most ``WAITING_WORKERS_MAX``."""
+    cpu = summary.utilization.cpu
+    process = _num(cpu.process_cpu_pct) if cpu is not None else None
+    free = max(1.0, cores - (process or 0.0) / 100.0)
+    fit = math.floor(free / max(loading.cpu_share, 1e-3))
+    if fit >= WAITING_WORKERS_MAX:
+        return WAITING_WORKERS_MAX, f"capped at {WAITING_WORKERS_MAX}, the most this advice goes to"
+    return max(1, fit), (
+        f"capped at {max(1, fit)}: at {_fmt(100.0 * loading.cpu_share)}% of a core each, that many fill the "
+        f"{_fmt(free)} free cores"
+    )
+
+
+def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
+    """(num_workers, why) for an input-bound run: ``(None, why)`` when more workers cannot help, ``(None, "")``
+    when there is not enough data to say. Never fewer workers than the run has; from 0 always at least 1."""
+    current = summary.settings.num_workers
+    loading = loading_of(summary)
+    measured = _probe_suggestion(summary)
+    if measured is not None:
+        suggested, reason = measured
+        if current is None or suggested > current:
+            return suggested, f"measured by the num_workers probe: {reason}"
+        if current == 0:  # a probe that found 0 enough cannot undo that 0 workers never overlap the step
+            return (
+                1,
+                "with 0 workers loading never overlaps the step; the num_workers probe found no more needed",
+            )
+        return None, f"the num_workers probe found nothing faster than {current}: {reason}"
+    cores = usable_cores(summary)
+    local_ranks = max(summary.settings.devices or 1, 1)
+    estimate = estimate_workers(summary)
+    if estimate is None:
+        if current is None:
+            if not cores:
+                return None, ""
+            return lightning_worker_bound(
+                cores, local_ranks
+            ), f"heuristic: Lightning's bound for {cores} cores"
+        target, why = max(1, current * 2), "heuristic: twice the current workers"
+    else:
+        target, why = estimate
+    waits = loading is not None and loading.cause == WAITS
+    if waits:
+        assert loading is not None
+        cap, cap_why = waiting_workers_cap(summary, loading, cores or 1)
+        why = f"{loading.describe()}, so workers past the core count overlap it; {why}"
+        enough = f"{_workers(current)} are the most worth having here ({cap_why}; {loading.describe()})"
+    else:
+        cap = lightning_worker_bound(cores, local_ranks) if cores else target
+        cap_why = f"capped at {cap} for {cores} cores"
+        if loading is not None:
+            why = f"{loading.describe()}; {why}"
+        enough = (
+            f"with {_workers(current)} the training process and its workers fill the {cores} usable cores"
+            + (f" ({loading.describe()})" if loading is not None else "")
+        )
+    if target > cap:
+        target, why = cap, f"{why}, {cap_why}"
+    if current is not None and target <= current:
+        return (1, why) if current == 0 else (None, enough)
+    return target, why
+
+
+def estimate_workers(summary: RunSummary) -> tuple[int, str] | None:
+    """Workers needed to load one batch per compute time, from the measured means.
+
+    With 0 workers the wait is the whole load time of a batch (never overlapped). With n workers that keep the loop
+    waiting, they deliver one batch per step, so one worker needs about n * step to load a batch; in steady state
+    the wait with N workers is about max(0, load / N - compute).
+    """
+    timing, current = summary.timing, summary.settings.num_workers
+    step, wait = timing.step_time_ms, timing.data_wait_ms
+    if current is None or step is None or wait is None:
+        return None
+    compute = step.mean - wait.mean
+    if timing.gpu_compute_ms is not None:  # the GPU's own time per step: host compute is understated when
+        compute = timing.gpu_compute_ms.mean  # the host runs ahead of queued kernels
+    if compute <= 0:
+        return None
+    load_ms = wait.mean if current == 0 else current * step.mean
+    target = max(1, math.ceil(WORKERS_MARGIN * load_ms / compute))
+    return target, (
+        f"estimated: a batch takes ~{_fmt(load_ms)} ms to load and {_fmt(compute)} ms to compute, "
+        f"with a {WORKERS_MARGIN}x margin"
+    )
+
+
+def _probe_suggestion(summary: RunSummary) -> tuple[int, str] | None:
+    """The num_workers probe's measured suggestion and reason; ``None`` without one, or when the probe's numbers
+    were disturbed (a busy machine) and it did not choose."""
+    probe = summary.probes.get("num_workers")
+    if probe is None or probe_value(probe, "disturbed"):
+        return None
+    suggested = probe_value(probe, "suggested")
+    if whole(suggested) is None:
+        return None
+    return suggested, probe_value(probe, "reason") or "no reason recorded"
+
+
+def _workers(count: int | None) -> str:
+    return "1 worker" if count == 1 else f"{count} workers"

@@ -1,0 +1,186 @@
+"""Why a batch is late (rules/loading.py) and the advice built on it, on hand-built summaries.
+
+The real fits with loaders of known cost are in tests/callback/test_input_advice.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lightning_perf.analysis.diagnosis import diagnose
+from lightning_perf.analysis.rules.loading import COMPUTES, WAITS, loading_of, machine_busy, suggest_workers
+from lightning_perf.analysis.rules.noise import HELD_TITLE
+from lightning_perf.analysis.summary import MachineState, RunSummary
+from tests.analysis.test_diagnosis import by_id, make
+
+
+def storage_run(num_workers: int, **overrides) -> RunSummary:
+    """A loader that sleeps: 91% wait, its CPU time a few percent of its wall time."""
+    kwargs: dict = dict(wait_pct=91.0, step_ms=88.0, wait_ms=80.0, num_workers=num_workers, cpu_count=2)
+    if num_workers == 0:
+        kwargs["timing"] = {"fetch_wall_ms": 800.0, "fetch_cpu_ms": 30.0, "fetches_sampled": 10}
+        kwargs["cpu"] = {"process_cpu_pct": 15.0, "workers_cpu_pct": 0.0}
+    else:
+        kwargs["cpu"] = {
+            "process_cpu_pct": 15.0,
+            "workers_cpu_pct": 4.0 * num_workers,
+            "num_workers_seen": num_workers,
+            "workers_wall_s": 20.0 * num_workers,
+            "workers_cpu_s": 0.8 * num_workers,
+            "workers_runqueue_s": 0.1 * num_workers,
+        }
+    kwargs.update(overrides)
+    return make(**kwargs)
+
+
+def computing_run(num_workers: int, **overrides) -> RunSummary:
+    """Per-sample transforms on the CPU: the loading's CPU time close to its wall time."""
+    kwargs: dict = dict(wait_pct=40.0, step_ms=100.0, wait_ms=40.0, num_workers=num_workers, cpu_count=2)
+    if num_workers == 0:
+        kwargs["timing"] = {"fetch_wall_ms": 400.0, "fetch_cpu_ms": 390.0, "fetches_sampled": 10}
+        kwargs["cpu"] = {"process_cpu_pct": 98.0, "workers_cpu_pct": 0.0}
+    else:
+        kwargs["cpu"] = {
+            "process_cpu_pct": 95.0,
+            "workers_cpu_pct": 97.0 * num_workers,
+            "num_workers_seen": num_workers,
+            "workers_wall_s": 20.0 * num_workers,
+            "workers_cpu_s": 19.4 * num_workers,
+            "workers_runqueue_s": 0.3 * num_workers,
+        }
+    kwargs.update(overrides)
+    return make(**kwargs)
+
+
+def workers_advised(summary: RunSummary) -> int | None:
+    return by_id(diagnose(summary), "input_bound").settings_change.get("num_workers")
+
+
+# --- the model ------------------------------------------------------------------------------------------
+
+
+def test_zero_workers_fetch_that_sleeps_waits():
+    loading = loading_of(storage_run(0))
+    assert loading.cause == WAITS and loading.cpu_share == pytest.approx(30 / 800)
+    assert "the training thread's fetches wait 96.2% of their time" in loading.describe()
+
+
+def test_workers_split_cpu_run_queue_and_waiting():
+    loading = loading_of(computing_run(2))
+    assert loading.cause == COMPUTES
+    assert loading.cpu_share == pytest.approx(0.97) and loading.queue_share == pytest.approx(0.015)
+    assert loading.describe().startswith("the 2 DataLoader workers compute 97.0% of their time")
+
+
+def test_too_few_sampled_fetches_measure_nothing():
+    two = {"fetch_wall_ms": 80.0, "fetch_cpu_ms": 3.0, "fetches_sampled": 2}
+    assert loading_of(storage_run(0, timing=two)) is None
+    assert loading_of(storage_run(0, timing={"fetches_sampled": 0})) is None
+
+
+def test_workers_waiting_for_a_core_are_not_waiting_on_storage():
+    """Busy cores show as run-queue time, so a computing worker on a loaded machine is not called waiting."""
+    summary = computing_run(2)
+    summary.utilization.cpu.workers_cpu_s, summary.utilization.cpu.workers_runqueue_s = 20.0, 18.0
+    assert loading_of(summary).cause == COMPUTES
+
+
+# --- advice ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("current", [0, 2, 4])
+def test_storage_that_waits_gets_more_workers_past_the_cores_never_cpu_bound(current):
+    summary = storage_run(current)
+    findings = {f.id: f for f in diagnose(summary)}
+    advised = findings["input_bound"].settings_change["num_workers"]
+    assert advised > current and advised >= 2 and advised > summary.settings.cpu_count
+    assert (
+        "wait" in findings["input_bound"].evidence
+        and "past the core count" in findings["input_bound"].recommendation
+    )
+    assert "batched_transforms" not in findings and "workers_exceed_cores" not in findings
+    assert not any("CPU-bound" in f.title for f in findings.values())
+
+
+def test_storage_that_waits_is_not_cpu_bound_even_with_a_probe_that_found_no_gain():
+    """The first user report: a probe that measured nothing faster must not turn a waiting loader CPU-bound."""
+    summary = storage_run(0, cpu={"process_cpu_pct": 190.0, "workers_cpu_pct": 0.0})
+    summary.probes["num_workers"] = {"candidates": [], "suggested": 0, "reason": "r"}
+    findings = {f.id: f for f in diagnose(summary)}
+    assert "batched_transforms" not in findings
+    assert findings["input_bound"].settings_change["num_workers"] >= 1
+
+
+def test_zero_workers_computing_with_free_cores_get_a_worker():
+    summary = computing_run(0, cpu_count=4, cpu={"process_cpu_pct": 100.0, "workers_cpu_pct": 0.0})
+    assert workers_advised(summary) >= 1
+    assert by_id(diagnose(summary), "batched_transforms") is None
+
+
+def test_cpu_saturated_workers_get_batched_transforms_and_no_more_workers():
+    findings = {f.id: f for f in diagnose(computing_run(1))}
+    assert findings["batched_transforms"].settings_change == {"batched_transforms": True}
+    assert "compute 97.0% of their time" in findings["batched_transforms"].evidence
+    assert "num_workers" not in findings["input_bound"].settings_change
+
+
+def test_fast_loader_gets_no_workers_advice():
+    summary = make(1.5, step_ms=100.0, wait_ms=1.5, num_workers=0, cpu_count=2)
+    assert not any("num_workers" in f.settings_change for f in diagnose(summary))
+
+
+def test_a_probe_never_lowers_the_workers_of_an_input_bound_run():
+    summary = storage_run(4)
+    summary.probes["num_workers"] = {"candidates": [], "suggested": 1, "reason": "r"}
+    workers, why = suggest_workers(summary)
+    assert workers is None and "nothing faster than 4" in why
+    assert by_id(diagnose(summary), "workers_exceed_cores") is None
+
+
+def test_a_disturbed_probe_is_not_used_to_choose():
+    summary = storage_run(0)
+    summary.probes["num_workers"] = {"candidates": [], "suggested": 0, "reason": "r", "disturbed": True}
+    assert workers_advised(summary) >= 2
+
+
+def test_same_advice_from_a_json_round_trip():
+    summary = storage_run(2)
+    again = RunSummary.from_dict(json.loads(json.dumps(summary.to_dict())))
+    assert workers_advised(again) == workers_advised(summary)
+
+
+# --- a busy machine -------------------------------------------------------------------------------------
+
+
+def busy(summary: RunSummary, other: float, queue_pct: float | None) -> RunSummary:
+    summary.machine = MachineState(
+        wall_s=30.0, cpu_count=2, own_cores=0.3, other_cores=other, train_thread_runqueue_pct=queue_pct
+    )
+    return summary
+
+
+def test_others_holding_the_cores_lead_and_withhold_the_cpu_bound_verdict():
+    summary = busy(computing_run(1), other=1.8, queue_pct=45.0)
+    findings = diagnose(summary)
+    assert findings[0].id == "noisy_machine" and findings[0].severity == "high"
+    assert findings[0].title == HELD_TITLE and "waited for a core 45.0% of the run" in findings[0].evidence
+    assert by_id(findings, "batched_transforms") is None
+    assert "CPU-bound" not in by_id(findings, "workers_saturated").title
+
+
+def test_slow_storage_on_a_busy_machine_still_gets_workers_with_the_machine_first():
+    findings = diagnose(busy(storage_run(0), other=1.9, queue_pct=40.0))
+    assert findings[0].id == "noisy_machine" and findings[0].severity == "high"
+    assert by_id(findings, "input_bound").settings_change["num_workers"] >= 2
+
+
+def test_others_on_cores_the_run_did_not_need_do_not_lead():
+    """Busy counters alone: another process on an idle core costs the run nothing (no run-queue wait)."""
+    summary = busy(storage_run(0), other=0.9, queue_pct=1.0)
+    assert machine_busy(summary) is None
+    assert by_id(diagnose(summary), "noisy_machine").severity == "low"
+    # without run-queue figures (not Linux): half the cores or more
+    assert machine_busy(busy(storage_run(0), other=1.2, queue_pct=None)) is not None
+    assert machine_busy(busy(storage_run(0), other=0.5, queue_pct=None)) is None
