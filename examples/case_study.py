@@ -7,11 +7,11 @@ What a user runs on their own project, here on this one:
    (batch size, data, accelerator, stem), so the source tree gets no tuned file.
 2. *tune* (:func:`lightning_perf.trial.tune.run_tune`, what ``lightning-perf tune`` runs): a diagnosis fit with
    PerfCallback and its num_workers probe; a candidate for each settings change of the findings that the config
-   can express; the changes that need code are listed with their recipe. This example has the code of one such
-   recipe, ``batched_transforms`` (``examples/batch_augment.py``, switched on by ``batched_transforms: true`` of
-   the model and the datamodule), so it is measured too, as the user's own ``--variant``. Baseline and
-   candidates run in interleaved, rotated rounds; the fastest significantly faster one is written as
-   ``config.tuned.yaml``.
+   can express, and their combination. Nothing is given by hand: with 0 workers the loading is paid inside every
+   step, so the diagnosis asks for a first worker; where the CPU is full with per-sample transforms it names the
+   ``batched_transforms`` recipe, which this example switches on by its ``batched_transforms`` arguments
+   (``examples/batch_augment.py``), so tune tries it too. Baseline and candidates run in interleaved, rotated
+   rounds; the fastest significantly faster one is written as ``config.tuned.yaml``.
 3. *verdict*: *before* is the config as given, *after* the tuned one; the last line gives the speed-up of the
    mean step time in one direction with its interval:
    ``case study verdict: after is 1.40x faster than before (95% interval 1.32x-1.49x)``.
@@ -36,13 +36,9 @@ from lightning_perf.trial.tuned_config import apply_changes
 STUDY_NAME = "resnet18_cifar10"
 TUNE_EXPERIMENT = "tune"
 STUDY_CONFIG = "config.yaml"
-# The code-side recipe of the `batched_transforms` finding, as this example implements it: `tune` lists the
-# finding as "needs code" (it never applies code silently); a user who wrote the code measures it like this.
+# The code-side recipe of the `batched_transforms` finding, as this example implements it: its model and
+# datamodule take a `batched_transforms` argument, so `tune` finds the switch and tries the recipe itself.
 RECIPE = "batched_transforms"
-RECIPE_OVERRIDES = [
-    ("model.init_args.batched_transforms", "true"),
-    ("data.init_args.batched_transforms", "true"),
-]
 # Sizes for the 2-core CPU machine of the README (a step of 64 images ~380 ms before, ~310 ms after while
 # other jobs shared it): the diagnosis (63 steps + the 5 s num_workers probe) and 5 rounds of baseline and
 # candidate at 60 timed steps each (one process a run) took 5 min 42 s on the idle machine. A GPU user raises --steps.
@@ -93,9 +89,8 @@ def write_study_config(args: argparse.Namespace) -> str:
 
 def user_command(args: argparse.Namespace, config: str) -> str:
     """The ``lightning-perf tune`` command line the study runs, as a user would type it."""
-    variant = RECIPE + ":" + ",".join(f"{k}={v}" for k, v in RECIPE_OVERRIDES)
     argv = ["lightning-perf", "tune", "--config", config, "--steps", str(args.steps)]
-    argv += ["--repeats", str(args.repeats), "--budget-s", f"{args.budget_s:g}", "--variant", variant]
+    argv += ["--repeats", str(args.repeats), "--budget-s", f"{args.budget_s:g}"]
     return shlex.join(argv)
 
 
@@ -118,7 +113,7 @@ def run_tune_study(args: argparse.Namespace) -> Any:
     print(
         f"Case study: ResNet-18 on {args.data} CIFAR10-shaped data, {args.batch_size} images per batch.\n"
         f"config: {config} ({os.path.relpath(CONFIG_PATH)} with the study's flags)\n"
-        f"what a user runs on their own project (this example already has the {RECIPE} recipe's code):\n"
+        f"what a user runs on their own project (after: tune's own proposals from the diagnosis of before):\n"
         f"  {user_command(args, config)}\n",
         flush=True,
     )
@@ -129,7 +124,6 @@ def run_tune_study(args: argparse.Namespace) -> Any:
         budget_s=args.budget_s,
         log_dir=study_dir(args),
         name=TUNE_EXPERIMENT,
-        extra=[(RECIPE, list(RECIPE_OVERRIDES))],
     )
 
 
@@ -176,7 +170,11 @@ def run_study(args: argparse.Namespace) -> int:
     if speed is None:
         print("case study verdict: not measured (" + "; ".join([result.decision.line, *result.notes]) + ")")
         return 1
-    print(f"before: {os.path.join(study_dir(args), STUDY_CONFIG)}; after: {speed.label} -> {after}")
+    applied = next((c.findings for c in result.candidates if c.name == speed.name), [])
+    source = f"tune's proposal from the finding{'s' if len(applied) != 1 else ''} {', '.join(applied)}"
+    print(
+        f"before: {os.path.join(study_dir(args), STUDY_CONFIG)}; after: {speed.label} ({source}) -> {after}"
+    )
     print(f"method: mean step time after against before; {METHOD}")
     print(verdict_line(speed))  # the last line
     return 0

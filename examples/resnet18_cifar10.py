@@ -5,10 +5,10 @@ The case study (synthetic data, runs offline; ``examples/case_study.py`` holds i
     python examples/resnet18_cifar10.py
 
 runs ``lightning-perf tune`` (its Python API) on this example's Lightning CLI config, as a user would on their
-project: a diagnosis fit with ``PerfCallback``, the findings' config changes as candidates, plus the
-``batched_transforms`` recipe (code this example has: uint8 data, augmentation once per batch on the device in
-``on_after_batch_transfer``) as the user's own variant, measured in interleaved rounds; the tuned config is
-written in the log dir and the verdict printed with its interval. ``--data cifar10 --data-dir DIR`` uses the
+project: a diagnosis fit with ``PerfCallback``, the findings' changes as candidates (config settings, and the
+``batched_transforms`` recipe, which this example switches on by its ``batched_transforms`` arguments: uint8
+data, augmentation once per batch on the device in ``on_after_batch_transfer``), measured in interleaved rounds;
+the tuned config is written in the log dir and the verdict printed with its interval. ``--data cifar10 --data-dir DIR`` uses the
 real data set (downloaded).
 
 The same model and data as a Lightning CLI (``fit``, ``validate``, ``test``, ``predict``)::

@@ -407,4 +407,6 @@ class PerfCallback(*namespaces.callback_bases()):
         if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
             log.info(message)
         if summary is not None:  # after what was measured is written: an interrupt here loses only the probe
-            run_end.probe_and_update(trainer, summary, self.config, log_dir=self._trace_dir)
+            run_end.probe_and_update(
+                trainer, summary, self.config, log_dir=self._trace_dir, hp_placeholder=self._hp_placeholder
+            )

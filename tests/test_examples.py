@@ -52,13 +52,24 @@ def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp
     assert config["model"]["class_path"] == "examples.resnet18_cifar10.ResNet18Classifier"
     assert CONFIG.read_bytes() == original and not (REPO / "examples" / "config.tuned.yaml").exists()
     assert f"lightning-perf tune --config {study / 'config.yaml'} --steps 4 --repeats 2" in out
-    assert "batched_transforms  (from --variant)" in out.split("candidates:")[1]
-    # tune's runs: the diagnosis (profiled, summarised) and every round of the baseline and the recipe
+    assert "--variant" not in out  # nothing given by hand: after is tune's own proposal
+    # tune's runs: the diagnosis (profiled, summarised) and every round of the baseline and the proposals
     runs = study / "tune"
-    assert RunSummary.load(runs / "diagnosis" / SUMMARY_FILENAME).timing.steps > 0
-    for variant in ("baseline", "batched_transforms"):
-        for i in (1, 2):
-            assert (runs / variant / f"round_{i}" / SUMMARY_FILENAME).is_file(), out
+    diagnosis = RunSummary.load(runs / "diagnosis" / SUMMARY_FILENAME)
+    assert diagnosis.timing.steps > 0
+    proposed = [f for f in diagnosis.findings if f.settings_change]
+    assert proposed, [f.title for f in diagnosis.findings]
+    candidates = out.split("candidates:")[1]
+    for finding in proposed:  # every change the diagnosis asked for that the example can express is measured
+        if "num_workers" in finding.settings_change or "batched_transforms" in finding.settings_change:
+            (key,) = [k for k in finding.settings_change if k in ("num_workers", "batched_transforms")]
+            assert key in candidates, out
+    for i in (1, 2):
+        assert (runs / "baseline" / f"round_{i}" / SUMMARY_FILENAME).is_file(), out
+    applied = re.search(
+        r"^before: .*; after: (.+) \(tune's proposal from the findings? ([\w, ]+)\) -> ", out, re.M
+    )
+    assert applied and set(applied[2].split(", ")) <= {f.id for f in proposed}, out
     assert f"tensorboard --logdir {runs}" in out
     assert "method: mean step time after against before" in out
     verdict = out.rstrip().splitlines()[-1]  # the study's last line
@@ -75,21 +86,25 @@ def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp
         ), verdict
 
 
-def test_the_recipe_the_demo_measures_is_what_tune_lists_as_needing_code_on_the_cpu_case_study():
+def test_the_recipe_of_the_cpu_case_study_is_a_candidate_where_the_example_switches_it_on():
     summary = case_study_summary(accelerator="cpu")
     summary.findings = diagnose(summary)
+    keys = ["model.init_args.batched_transforms", "data.init_args.batched_transforms"]
 
-    proposal = propose(
+    without = propose(
         summary.findings, summary.settings, {"loader_keys": {"num_workers": "data.init_args.x"}}
     )
+    with_switch = propose(
+        summary.findings,
+        summary.settings,
+        {"loader_keys": {"num_workers": "data.init_args.x"}, "recipes": {case_study.RECIPE: keys}},
+    )
 
-    needs_code = {u.finding for u in proposal.unapplied if u.reason == "needs code"}
-    assert case_study.RECIPE in needs_code  # tune never applies it; the example has its code
-    assert {k for k, _ in case_study.RECIPE_OVERRIDES} == {
-        "model.init_args.batched_transforms",
-        "data.init_args.batched_transforms",
-    }
-    # both init arguments exist on the example's classes, as the overrides name them
+    # a project without the switch is told the recipe needs code; the example has it, so tune tries it
+    assert case_study.RECIPE in {u.finding for u in without.unapplied if u.reason == "needs code"}
+    recipe = next(c for c in with_switch.candidates if c.name == case_study.RECIPE)
+    assert recipe.changes == dict.fromkeys(keys, True)
+    # both init arguments exist on the example's classes, as the keys name them
     assert ResNet18Classifier(batched_transforms=True).hparams.batched_transforms is True
     assert CIFAR10DataModule(batched_transforms=True).hparams.batched_transforms is True
 

@@ -78,22 +78,6 @@ def render_console(findings: Sequence[Finding], max_lines: int = 5, head: str | 
     return head + "\n" + _plain_text(table)
 
 
-def render_changes(before: Sequence[Finding], after: Sequence[Finding]) -> str | None:
-    """The console lines for what a measured probe changed in a diagnosis already shown; None when nothing did.
-
-    The block printed at the end of training stays on screen: repeating all of it would bury the change."""
-    changed = [f for f in after if f not in before]
-    gone = sorted({f.id for f in before} - {f.id for f in after})
-    if not changed and not gone:
-        return None
-    head = "lightning-perf: the num_workers probe updated the diagnosis"
-    if gone:
-        head += f" (no longer: {', '.join(gone)})"
-    lines = [render_console(changed, head=head + ":")]
-    lines += [f"  {f.id}: {f.evidence}" for f in changed if f.severity == "info"]
-    return "\n".join(lines)
-
-
 def render_probe_markdown(probe: Mapping[str, Any]) -> str:
     """The num_workers probe as a Markdown table: delivered batches/s per num_workers, the model's rate."""
     rows = []

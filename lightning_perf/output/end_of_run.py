@@ -2,8 +2,9 @@
 
 Called by the callback after the last step (outside any timed step), on every rank for the summary and the
 cudnn.benchmark A/B (all ranks together, or none), on rank zero for the diagnosis and the writers. What
-training measured is written first (:func:`complete`); the num_workers probe runs after it and updates the
-summary (:func:`probe_and_update`), so an interrupt during the probe loses nothing measured.
+training measured is saved first (:func:`complete`); when the num_workers probe follows, the findings are shown
+and written once, after it (:func:`probe_and_update`): one answer per run, and an interrupt during the probe
+loses nothing measured.
 """
 
 from __future__ import annotations
@@ -119,39 +120,46 @@ def diagnose_run(summary: RunSummary) -> None:
     summary.findings = trace_findings.with_trace_findings(summary)
 
 
-def probe_num_workers(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
-    """The num_workers probe of a finished fit into ``summary.probes``, when wanted; True when it ran.
-
-    Runs after the summary of what training measured is written, with one line saying so and what it may
-    cost: an interrupt here (Ctrl-C while waiting) loses nothing but the probe.
-    """
+def _probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> tuple[Any, float | None] | None:
+    """(the training DataLoader, the probe's budget in seconds) when the num_workers probe is wanted after this
+    fit, the budget ``None`` when the fit was too short for it; ``None`` when it is not wanted or not possible."""
     from lightning_perf.analysis.diagnosis import input_bound_verdict
     from lightning_perf.analysis.gpu_measures import input_wait
+    from lightning_perf.probes.num_workers import probe_budget
 
+    if summary.status != "finished" or not _diagnosed(trainer, summary, config):
+        return None
     verdict = input_bound_verdict(input_wait(summary).value)
     mode = config.probe_num_workers
+    if not (mode == "always" or (mode == "auto" and verdict in _PROBED_VERDICTS)):
+        return None
     dataloader = train_dataloader(trainer)
-    if dataloader is None or not (mode == "always" or (mode == "auto" and verdict in _PROBED_VERDICTS)):
-        return False
-    from lightning_perf.probes.num_workers import probe_budget
+    if dataloader is None:
+        return None
+    return dataloader, probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode)
+
+
+def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> None:
+    """The num_workers probe of a finished fit into ``summary.probes``.
+
+    Runs after the summary of what training measured is saved, with one line saying so and what it may cost: an
+    interrupt here (Ctrl-C while waiting) loses nothing but the probe. Where the run's loading was measured to
+    wait (storage, sleep: rules/loading.py), the probe tries counts past the cores.
+    """
+    from lightning_perf.analysis.rules.loading import WAITS, loading_of
     from lightning_perf.probes.num_workers import probe_num_workers as probe
 
-    budget = probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode)
-    if budget is None:
-        log.info(
-            f"lightning-perf: num_workers probe skipped: the fit trained {summary.timing.train_wall_s:.1f} s, "
-            "too short for a measured verdict (probe_num_workers='always' forces it)"
-        )
-        return False
     log.info(
         f"lightning-perf: measuring DataLoader num_workers (up to {budget:.3g} s; "
         f"{SUMMARY_FILENAME} is written, Ctrl-C skips this)"
     )
-    compute = summary.timing.compute_ms.median if summary.timing.compute_ms else None
-    found = probe(dataloader, compute, budget_s=budget)
+    compute = summary.timing.compute_ms.mean if summary.timing.compute_ms else None
+    loading = loading_of(summary)
+    found = probe(
+        dataloader, compute, budget_s=budget, loading_waits=loading is not None and loading.cause == WAITS
+    )
     summary.probes["num_workers"] = dataclasses.asdict(found)
     log.info(f"lightning-perf: num_workers probe: suggests {found.suggested}: {found.reason}")
-    return True
 
 
 def write(
@@ -201,17 +209,6 @@ def _render_findings(trainer: Any, summary: RunSummary) -> str:
     tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
     log.info(render_console(summary.findings))
     return markdown
-
-
-def _show_changes(trainer: Any, previous: list[Any], summary: RunSummary) -> None:
-    """The whole updated diagnosis in the Text tab; on the console only what changed (the first block stays)."""
-    from lightning_perf.analysis.findings_render import render_changes, render_markdown
-
-    markdown = render_markdown(summary.findings, summary)
-    tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
-    changes = render_changes(previous, summary.findings)
-    if changes:
-        log.info(changes)
 
 
 def _safely(what: str, job: Any) -> bool:
@@ -276,10 +273,14 @@ def complete(
                 summary.probes["cudnn_benchmark"] = ab
         if _diagnosed(trainer, summary, config):
             diagnose_run(summary)
+        plan = _probe_plan(trainer, summary, config)
+        probe_follows = plan is not None and plan[1] is not None
     except Exception as err:
         log.warning(f"lightning-perf: could not complete the run summary: {err}")
         return None
-    if trainer.is_global_zero:
+    if probe_follows:  # one answer per run: the findings are shown once, after the probe (probe_and_update)
+        _save(summary, log_dir)
+    elif trainer.is_global_zero:
         write(
             trainer, summary, log_dir=log_dir, log_hparams=config.log_hparams, hp_placeholder=hp_placeholder
         )
@@ -287,30 +288,48 @@ def complete(
 
 
 def probe_and_update(
-    trainer: Trainer, summary: RunSummary, config: PerfConfig, *, log_dir: str | None
+    trainer: Trainer, summary: RunSummary, config: PerfConfig, *, log_dir: str | None, hp_placeholder: bool
 ) -> None:
-    """After a finished fit's summary is written: the num_workers probe, then the summary and diagnosis updated
-    (atomically). ``KeyboardInterrupt`` propagates and leaves the first summary as it was; errors warn."""
-    if summary.status != "finished" or not _diagnosed(trainer, summary, config):
-        return
+    """After a finished fit's summary is saved: the num_workers probe, the diagnosis again with its result, then
+    the one diagnosis of the run shown and written (:func:`write`). ``KeyboardInterrupt`` shows and writes what
+    training measured, then propagates; an error in the probe warns and does the same."""
     try:
-        if not probe_num_workers(trainer, summary, config):
-            return
-        previous = list(summary.findings)
+        plan = _probe_plan(trainer, summary, config)
+    except Exception as err:
+        log.warning(f"lightning-perf: could not plan the num_workers probe: {err}")
+        return
+    if plan is None:
+        return  # complete() wrote everything already
+    dataloader, budget = plan
+    if budget is None:  # complete() wrote everything already
+        log.info(
+            f"lightning-perf: num_workers probe skipped: the fit trained {summary.timing.train_wall_s:.1f} s, "
+            "too short for a measured verdict (probe_num_workers='always' forces it)"
+        )
+        return
+
+    def publish() -> None:
+        write(
+            trainer, summary, log_dir=log_dir, log_hparams=config.log_hparams, hp_placeholder=hp_placeholder
+        )
+
+    try:
+        probe_num_workers(summary, dataloader, budget)
         diagnose_run(summary)
     except KeyboardInterrupt:
         log.info(f"lightning-perf: probes interrupted; {SUMMARY_FILENAME} keeps what training measured")
+        publish()
         raise
     except Exception as err:
         log.warning(f"lightning-perf: a measured probe failed: {err}")
+        summary.probes.pop("num_workers", None)
+        publish()
         return
-    _save(summary, log_dir, update=True)
+    publish()
     _safely(
         "log the num_workers probe",
         lambda: tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"]),
     )
-    if summary.findings != previous:
-        _safely("show the updated diagnosis", lambda: _show_changes(trainer, previous, summary))
 
 
 def _diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:

@@ -4,7 +4,8 @@ Pure: takes the findings of the diagnosis fit, its settings and where the config
 ``targets`` the worker read from the user's own classes, see :mod:`lightning_perf.trial.targets`), and returns
 
 * :class:`Candidate` variants, each a set of config overrides named after its change, plus their combination;
-* :class:`Unapplied` changes: those that need code (the batched-transforms recipe, removing ``.item()`` calls),
+* :class:`Unapplied` changes: those that need code (the batched-transforms recipe where the project has no
+  ``batched_transforms`` argument to switch it on, removing ``.item()`` calls),
   those the config cannot reach (a DataLoader built in code with fixed arguments), those a trial cannot measure
   (validation and checkpoint frequency: trials run neither) and semantic changes not asked for.
 
@@ -32,6 +33,8 @@ SEMANTIC_LOADER_KEYS = ("batch_size",)
 # findings of these severities with no settings change still ask for work: listed as "needs code"
 ACTIONABLE_SEVERITIES = ("high", "medium")
 COMBINED = "combined"
+# the diagnosis's finding about the machine itself (others holding its cores): not a change of the project
+MACHINE_FINDING = "noisy_machine"
 SEMANTIC_LABEL = "semantic change: alters what is learned"
 
 
@@ -58,8 +61,8 @@ class Candidate:
 
 @dataclass
 class Unapplied:
-    """A finding's change tune does not try, and why: ``needs code``, ``not in the config``, ``not measured``
-    or ``semantic``."""
+    """A finding's change tune does not try, and why: ``needs code``, ``not in the config``, ``not measured``,
+    ``semantic`` or ``the machine, not the config``."""
 
     finding: str
     title: str
@@ -112,6 +115,15 @@ def config_key(key: str, targets: dict[str, Any]) -> str | None:
     return targets.get("loader_keys", {}).get(key)
 
 
+def config_keys(key: str, targets: dict[str, Any]) -> list[str]:
+    """Every config key that sets ``key``: one for a setting, the model's and the datamodule's for a recipe the
+    project switches on by an argument (``model.init_args.batched_transforms``, ``data.init_args....``)."""
+    if SETTING_TARGETS.get(key) == "LightningModule":
+        return list(targets.get("recipes", {}).get(key, []))
+    where = config_key(key, targets)
+    return [] if where is None else [where]
+
+
 def propose(
     findings: Sequence[Finding],
     settings: Settings,
@@ -124,7 +136,12 @@ def propose(
     taken: set[str] = set()
     for f in findings:
         if not f.settings_change:
-            if f.severity in ACTIONABLE_SEVERITIES:
+            if f.id == MACHINE_FINDING:  # others held the cores: nothing in the config to change
+                if f.severity in ACTIONABLE_SEVERITIES:
+                    unapplied.append(
+                        Unapplied(f.id, f.title, "the machine, not the config", f.recommendation)
+                    )
+            elif f.severity in ACTIONABLE_SEVERITIES:
                 unapplied.append(Unapplied(f.id, f.title, "needs code", f.recommendation))
             continue
         for key, value in f.settings_change.items():
@@ -134,8 +151,8 @@ def propose(
             if reason is not None:
                 unapplied.append(Unapplied(f.id, f.title, reason, f.recommendation, {key: value}))
                 continue
-            where = config_key(key, targets)
-            assert where is not None  # _why_not checked
+            wheres = config_keys(key, targets)
+            assert wheres  # _why_not checked
             taken.add(key)
             label = label_of(key, value)
             semantic = is_semantic(key, value, settings)
@@ -143,8 +160,8 @@ def propose(
                 Candidate(
                     slug(label),
                     label + (f" ({SEMANTIC_LABEL})" if semantic else ""),
-                    [(where, value_text(value))],
-                    {where: value},
+                    [(where, value_text(value)) for where in wheres],
+                    {where: value for where in wheres},
                     semantic,
                     [f.id],
                 )
@@ -172,8 +189,8 @@ def propose(
 def _why_not(
     key: str, value: Any, settings: Settings, targets: dict[str, Any], allow_semantic: bool
 ) -> str | None:
-    if SETTING_TARGETS.get(key) == "LightningModule":
-        return "needs code"
+    if SETTING_TARGETS.get(key) == "LightningModule":  # a recipe: tried where the project has its switch
+        return None if config_keys(key, targets) else "needs code"
     if key in UNMEASURED_KEYS:
         return "not measured: a trial runs no validation and saves no checkpoints"
     if config_key(key, targets) is None:

@@ -3,7 +3,9 @@
 The DataLoader's arguments (``num_workers``, ``pin_memory``, ...) are in the config only when the user's
 datamodule (or model, for dataloaders it builds) takes them as ``__init__`` arguments; their config key is
 ``data.init_args.<name>`` for classes given by ``class_path`` and ``data.<name>`` for a CLI with fixed classes.
-A model with a ``compile`` argument exposes ``torch.compile``. Written as JSON for the parent, which imports no
+A model with a ``compile`` argument exposes ``torch.compile``. A named recipe of the diagnosis (code the project
+must have, e.g. ``batched_transforms``) is in the config when the model or datamodule takes an argument of that
+name: the project has the code and switches it on there. Written as JSON for the parent, which imports no
 Lightning.
 """
 
@@ -17,6 +19,9 @@ from lightning_perf.atomic_file import atomic_open
 
 LOADER_KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
 COMPILE_ARGUMENT = "compile"
+# the diagnosis's named recipes (analysis.rules.thresholds.SETTING_TARGETS: "LightningModule"), switched on by a
+# boolean argument of the same name where the project has the code
+RECIPE_ARGUMENTS = ("batched_transforms",)
 
 
 def _parameters(obj: Any) -> set[str]:
@@ -56,8 +61,16 @@ def describe(config: Any, model: Any, datamodule: Any) -> dict[str, Any]:
     compile_key = (
         _prefix(config, "model") + COMPILE_ARGUMENT if COMPILE_ARGUMENT in _parameters(model) else None
     )
+    recipes = {
+        name: [_prefix(config, section) + name for section, obj in (("model", model), ("data", datamodule))]
+        for name in RECIPE_ARGUMENTS
+    }
+    for name in RECIPE_ARGUMENTS:
+        takes = {"model": name in _parameters(model), "data": name in _parameters(datamodule)}
+        recipes[name] = [key for key in recipes[name] if takes[key.split(".")[0]]]
     return {
         "loader_keys": loader_keys,
+        "recipes": {name: keys for name, keys in recipes.items() if keys},
         "compile": compile_key,
         "compile_on": bool(_value(config, compile_key)) if compile_key else False,
     }

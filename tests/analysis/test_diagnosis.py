@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -20,7 +19,6 @@ from lightning_perf.analysis.rules.thresholds import SEVERITY_ORDER
 from lightning_perf.analysis.summary import (
     CpuUtilization,
     Distribution,
-    Finding,
     GpuUtilization,
     RankStats,
     RunSummary,
@@ -671,24 +669,3 @@ def test_a_wait_share_near_a_line_is_worded_by_its_interval():
     assert "other processes used 0.9 of 2 cores (45.0%)" in noisy.evidence
     assert "timings may be off by" in noisy.evidence and "p10-p90 50.0% of the median" in noisy.evidence
     assert "load average 3.10" in noisy.evidence and "--repeats" in noisy.recommendation
-
-
-def test_after_a_probe_the_console_shows_only_what_changed():
-    from lightning_perf.analysis.findings_render import render_changes
-
-    estimate = Finding(
-        id="input_bound",
-        severity="high",
-        title="Training is highly input-bound",
-        evidence="wait 80%",
-        recommendation="more workers",
-        settings_change={"num_workers": 1},
-    )
-    noisy = Finding(id="noisy_machine", severity="low", title="busy", evidence="e", recommendation="r")
-    measured = dataclasses.replace(estimate, settings_change={"num_workers": 2})
-    assert render_changes([estimate, noisy], [estimate, noisy]) is None
-    text = render_changes([estimate, noisy], [measured])
-    assert text.startswith(
-        "lightning-perf: the num_workers probe updated the diagnosis (no longer: noisy_machine):"
-    )
-    assert "set `num_workers=2`" in text and "busy" not in text

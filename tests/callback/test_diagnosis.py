@@ -17,11 +17,15 @@ def fit(tmp_path, data, model=None, batches=24, **callback_kwargs):
     return callback.last_summary, L_trainer.logger.log_dir
 
 
-def diagnosis_text(log_dir):
+def diagnosis_events(log_dir):
     events = EventAccumulator(log_dir, size_guidance={"tensors": 0})
     events.Reload()
     (tag,) = [t for t in events.Tags()["tensors"] if t.startswith("perf_text/diagnosis")]
-    return events.Tensors(tag)[-1].tensor_proto.string_val[0].decode()
+    return events.Tensors(tag)
+
+
+def diagnosis_text(log_dir):
+    return diagnosis_events(log_dir)[-1].tensor_proto.string_val[0].decode()
 
 
 def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(tmp_path, caplog):
@@ -36,8 +40,10 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     assert "highly input-bound" in finding.title + finding.evidence
     assert finding.settings_change["num_workers"] > 0
     probe = summary.probes["num_workers"]
-    assert probe["suggested"] == finding.settings_change["num_workers"]
+    if not probe["disturbed"]:  # a probe on a busy machine does not choose: the measured model does
+        assert probe["suggested"] == finding.settings_change["num_workers"]
     assert [c["num_workers"] for c in probe["candidates"]][0] == 0
+    assert probe["loading_waits"] is True  # the fetch sleeps: the probe tries counts past the cores
     # on disk, in TensorBoard's Text tab, and on the console
     saved = RunSummary.load(os.path.join(log_dir, "perf_summary.json"))
     assert [f.id for f in saved.findings] == [f.id for f in summary.findings]
@@ -46,8 +52,12 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     # the probe says when it starts and what it found, one line each
     assert "lightning-perf: measuring DataLoader num_workers (up to 3 s" in caplog.text
     assert f"num_workers probe: suggests {probe['suggested']}" in caplog.text
-    # the end-of-training block stays on screen: after the probe only what it changed, not the block again
+    # one answer per run: the findings shown once, after the probe's result, and one diagnosis in the Text tab
     assert caplog.text.count("lightning-perf: highly input-bound") == 1
+    assert caplog.text.index("num_workers probe: suggests") < caplog.text.index(
+        "lightning-perf: highly input-bound"
+    )
+    assert len(diagnosis_events(log_dir)) == 1
     # CPU training: the cudnn.benchmark A/B says it does not apply instead of inventing numbers
     assert summary.probes["cudnn_benchmark"]["applies"] is False
     assert "cpu" in summary.probes["cudnn_benchmark"]["reason"]

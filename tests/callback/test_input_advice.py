@@ -141,11 +141,10 @@ def cpu_hogs():
         os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="run-queue time needs Linux schedstat")
 def test_busy_machine_is_said_first_and_slow_storage_still_gets_workers(tmp_path, cpu_hogs):
     summary = storage_fit(tmp_path, 0)
     first = summary.findings[0]
     assert first.id == "noisy_machine" and first.severity == "high", [f.title for f in summary.findings]
-    assert "waited for a core" in first.evidence
+    assert "other processes used" in first.evidence
     assert advice(summary)["input_bound"].settings_change["num_workers"] >= 2
     assert "batched_transforms" not in advice(summary)

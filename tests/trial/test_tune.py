@@ -29,6 +29,16 @@ INPUT_BOUND = {
     },
     "trainer": {"max_epochs": 1},
 }
+# slow storage: 50 ms a sample (a network file system), 4 samples a batch, 5 ms of compute: the loading waits, so
+# the diagnosis asks for workers past the 2 cores
+SLOW_STORAGE = {
+    "model": {"class_path": "tests.helpers.TinyModel", "init_args": {"step_delay_s": 0.005}},
+    "data": {
+        "class_path": "tests.helpers.TinyDataModule",
+        "init_args": {"n": 800, "batch_size": 4, "delay_s": 0.05},
+    },
+    "trainer": {"max_epochs": 1},
+}
 # compute only: a 20 ms step over an instant loader
 COMPUTE_BOUND = {
     "model": {"class_path": "tests.helpers.TinyModel", "init_args": {"step_delay_s": 0.02}},
@@ -115,6 +125,20 @@ def test_an_input_bound_config_tunes_to_more_workers_with_a_failing_candidate_re
         timeout=300,
     )
     assert fit.returncode == 0, fit.stderr[-2000:]
+
+
+@pytest.mark.once  # rounds timed by sleeps: the same on every Lightning
+def test_slow_storage_tunes_to_workers_past_the_cores(project):
+    write(project / "storage.yaml", SLOW_STORAGE)
+    result = run_tune("storage.yaml", steps=12, repeats=3)
+    text = result.render()
+    finding = next(f for f in result.findings if f.id == "input_bound")
+    assert "wait" in finding.evidence and not any("CPU-bound" in f.title for f in result.findings), text
+    workers = next(c for c in result.candidates if "data.init_args.num_workers" in c.changes)
+    assert workers.changes["data.init_args.num_workers"] > os.cpu_count(), text
+    assert result.decision.winner is not None and "faster" in text, text
+    tuned = yaml.safe_load((project / "storage.tuned.yaml").read_text())
+    assert tuned["data"]["init_args"]["num_workers"] >= 2
 
 
 def test_a_compute_bound_config_is_told_to_keep_its_config(project, capsys):

@@ -63,6 +63,32 @@ def test_findings_become_config_candidates_their_combination_and_a_list_of_what_
     assert "noisy_machine" not in reasons
 
 
+def test_a_recipe_the_project_switches_on_by_an_argument_is_a_candidate():
+    """The project has the batched-transforms code behind a `batched_transforms` argument: tune tries it."""
+    targets = {
+        **TARGETS,
+        "recipes": {"batched_transforms": ["model.init_args.batched_transforms", "data.batched_transforms"]},
+    }
+    findings = [
+        finding("input_bound", {"num_workers": 1}),
+        finding("batched_transforms", {"batched_transforms": True}),
+    ]
+    proposal = propose(findings, Settings(), targets)
+    recipe = next(c for c in proposal.candidates if c.name == "batched_transforms")
+    assert recipe.overrides == [
+        ("model.init_args.batched_transforms", "true"),
+        ("data.batched_transforms", "true"),
+    ]
+    assert not recipe.semantic and proposal.unapplied == []
+
+
+def test_a_machine_held_by_others_is_listed_as_not_a_config_change():
+    proposal = propose([finding("noisy_machine", {}, "high")], Settings(), TARGETS)
+    assert [(u.finding, u.reason) for u in proposal.unapplied] == [
+        ("noisy_machine", "the machine, not the config")
+    ]
+
+
 def test_semantic_changes_are_candidates_only_when_allowed_and_always_labelled():
     findings = [finding("low_gpu_util", {"batch_size": 64}), finding("bf16", {"precision": "bf16-mixed"})]
     assert propose(findings, Settings(precision="32-true"), TARGETS).candidates == []
@@ -158,3 +184,20 @@ def test_the_adapter_pairs_each_candidates_mean_step_time_with_the_baselines_of_
     assert fast.speedup == pytest.approx(2.0) and fast.low == pytest.approx(2.0) and fast.rounds == 3
     assert fast.significant and speeds["boom"].error == "RuntimeError: injected failure"
     assert choose(list(speeds.values())).winner == "fast"
+
+
+def test_targets_find_a_recipe_switch_on_the_model_and_the_datamodule():
+    from lightning_perf.trial.targets import describe
+
+    class Model:
+        def __init__(self, batched_transforms: bool = False) -> None: ...
+
+    class Data:
+        def __init__(self, num_workers: int = 0, batched_transforms: bool = False) -> None: ...
+
+    class Plain:
+        def __init__(self, num_workers: int = 0) -> None: ...
+
+    found = describe({}, Model(), Data())
+    assert found["recipes"] == {"batched_transforms": ["model.batched_transforms", "data.batched_transforms"]}
+    assert describe({}, Plain(), Plain())["recipes"] == {}

@@ -100,9 +100,9 @@ def loading_of(summary: RunSummary) -> Loading | None:
 def machine_busy(summary: RunSummary) -> str | None:
     """Evidence that other processes held the cores this run needed, or ``None``.
 
-    Busy counters alone cannot tell: another process on an otherwise idle core costs the run nothing. So where
-    the training thread's run-queue time was measured, the others must have made it wait for a core
-    (``BUSY_RUNQUEUE_PCT`` of the run); elsewhere they must have used ``BUSY_OTHER_CPU_SHARE`` of the cores.
+    Busy counters alone say little of a run's loss: another process on an otherwise idle core costs it nothing.
+    So others must have made the training thread wait for a core (``BUSY_RUNQUEUE_PCT`` of the run, Linux
+    schedstat), or have used ``BUSY_OTHER_CPU_SHARE`` of all the cores (see thresholds.py for why both).
     """
     machine = summary.machine
     if machine is None:
@@ -112,9 +112,7 @@ def machine_busy(summary: RunSummary) -> str | None:
         return None
     queue = _num(machine.train_thread_runqueue_pct)
     others = f"other processes used {_fmt(other)} of {cores} cores ({_fmt(100.0 * other / cores)}%)"
-    if queue is not None:
-        if queue < BUSY_RUNQUEUE_PCT:
-            return None
+    if queue is not None and queue >= BUSY_RUNQUEUE_PCT:
         return f"{others}, and the training thread waited for a core {_fmt(queue)}% of the run"
     return others if other >= BUSY_OTHER_CPU_SHARE * cores else None
 
