@@ -37,19 +37,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_perf.analysis.numbers import finite, whole
 from lightning_perf.analysis.rules.noise import noisy_machine
-from lightning_perf.analysis.rules.thresholds import INPUT_BOUND_MODERATE_PCT, WORKERS_MARGIN
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.sampling.machine_state import MachineWatch
-from lightning_perf.collect.sampling.utilization import usable_cpu_count
+from lightning_perf.probes.worker_choice import (
+    DEFAULT_MARGIN,
+    MEASURED,
+    NOT_MEASURED,
+    acceptable,
+    predicted_wait_ms,
+    rates_list,
+    suggest_from_candidates,
+)
+from lightning_perf.probes.worker_counts import probe_counts
 
-# Delivery must beat the model's compute rate by this factor (shared with the diagnosis' estimate).
-DEFAULT_MARGIN = WORKERS_MARGIN
 DEFAULT_BUDGET_S = 10.0
 # Enough batches for a steady rate on fast pipelines; slow ones stop at their share of the budget first.
 MAX_BATCHES_PER_CANDIDATE = 200
@@ -69,30 +74,6 @@ MIN_STEADY_BATCHES = 3
 # too short for a steady rate, so "auto" skips the probe.
 BUDGET_SHARE = 0.2
 MIN_BUDGET_S = 2.0
-# num_workers=0 loads in the training process, never beside the step: it is acceptable only when that wait is
-# below this share of its predicted step, TensorFlow's "moderately input-bound" line (thresholds.py).
-ZERO_WORKERS_WAIT_PCT = INPUT_BOUND_MODERATE_PCT
-# When no value keeps up, the smallest num_workers whose predicted step is within this share of the shortest is
-# suggested. Our choice: the same 5% line, below which a difference in step time is not worth more processes.
-NEAR_BEST_STEP_PCT = 5.0
-# Loading that waits (storage, network, sleep: CPU time well below wall time) leaves the cores idle, so workers
-# that sleep do not compete for them and the candidates go past the usable cores, up to
-# waiting_workers_max(cores) = max(WAITING_WORKERS_MIN, WAITING_WORKERS_PER_CORE x cores), at most
-# WAITING_WORKERS_MAX. Our choices: a worker that waits most of its time uses a quarter of a core or less, so 4 a
-# core; at least 8, so even a 2-core machine keeps several requests in flight to hide their latency; at most 32,
-# since each worker is a process holding its own dataset copy and prefetch_factor batches, and each doubling
-# is one more candidate sharing the budget.
-WAITING_WORKERS_PER_CORE = 4
-WAITING_WORKERS_MIN = 8
-WAITING_WORKERS_MAX = 32
-# Memory bound on those candidates: a worker's resident memory as a share of the training process's RSS. An
-# estimate, not a measurement: forked workers share the trainer's pages until they write them, and on typical
-# datasets a worker's own resident set stays at most about half the trainer's (the model, optimizer state and
-# CUDA context stay in the trainer). Candidate counts stop where count x this x RSS exceeds the available memory.
-WORKER_RSS_SHARE = 0.5
-
-MEASURED = "measured"
-NOT_MEASURED = "not measured"
 
 
 def probe_budget(train_wall_s: float | None, cap_s: float, mode: str) -> float | None:
@@ -195,7 +176,7 @@ def probe_num_workers(
             result["predicted_wait_ms"] = wait
             result["predicted_step_ms"] = None if wait is None or target is None else 1000.0 / target + wait
             candidates.append(result)
-            kept_up = target is not None and _acceptable(result, target, margin)
+            kept_up = target is not None and acceptable(result, target, margin)
             if kept_up:
                 break  # the smallest value that keeps up is found; larger ones only cost budget
     notes = []
@@ -218,7 +199,7 @@ def probe_num_workers(
             None,
             (
                 f"measured on a busy machine ({note}): the rates are disturbed, so no value is chosen; "
-                f"repeat on a quiet machine; measured: {_rates_list(candidates)}"
+                f"repeat on a quiet machine; measured: {rates_list(candidates)}"
             ),
         )
     reason = "; ".join([reason, *notes])
@@ -230,211 +211,6 @@ def probe_num_workers(
         machine_note=note,
         loading_waits=loading_waits,
         disturbed=noisy is not None,
-    )
-
-
-def waiting_workers_max(cores: int) -> int:
-    """The largest ``num_workers`` tried for loading that waits on ``cores`` usable cores (see the constants)."""
-    return min(WAITING_WORKERS_MAX, max(WAITING_WORKERS_MIN, WAITING_WORKERS_PER_CORE * cores))
-
-
-def probe_counts(max_workers: int | None = None, loading_waits: bool = False) -> tuple[list[int], str]:
-    """The ``num_workers`` values to try, and a note when memory cut them short ("" otherwise).
-
-    ``max_workers`` given: :func:`candidate_counts` up to it. Otherwise up to the usable cores, and with
-    ``loading_waits`` past them up to :func:`waiting_workers_max`, stopping at the first count whose workers
-    would not fit the available memory (each estimated at ``WORKER_RSS_SHARE`` of this process's RSS; when
-    memory cannot be read the counts stay at the cores).
-    """
-    if max_workers is not None:
-        return candidate_counts(max_workers), ""
-    cores = usable_cpu_count()
-    counts = candidate_counts(cores)
-    if not loading_waits:
-        return counts, ""
-    beyond = [n for n in candidate_counts(waiting_workers_max(cores)) if n > cores]
-    if not beyond:
-        return counts, ""
-    try:
-        available = float(psutil.virtual_memory().available)
-        per_worker = WORKER_RSS_SHARE * float(psutil.Process().memory_info().rss)
-    except Exception as err:  # /proc unreadable: no memory bound to trust, so no candidates past the cores
-        return (
-            counts,
-            f"memory could not be read ({type(err).__name__}), so candidates stop at the {cores} cores",
-        )
-    for workers in beyond:
-        if available < workers * per_worker:
-            return counts, (
-                f"candidates stop before num_workers={workers}: that many workers would take about "
-                f"{workers * per_worker / 2**30:.1f} GiB (each an estimated {WORKER_RSS_SHARE:g}x this "
-                f"process's resident memory), more than the {available / 2**30:.1f} GiB available"
-            )
-        counts.append(workers)
-    return counts, ""
-
-
-def candidate_counts(max_workers: int) -> list[int]:
-    """0, 1, 2, 4, ... doubling up to ``max_workers``, which is always included."""
-    counts, workers = [0], 1
-    while workers <= max_workers:
-        counts.append(workers)
-        workers *= 2
-    if counts[-1] != max_workers:
-        counts.append(max_workers)
-    return counts
-
-
-def _is_measured(candidate: dict[str, Any]) -> bool:
-    """Measured with a rate; hand-built candidates without a ``status`` count when they have a rate and no error."""
-    if candidate.get("batches_per_sec") is None:
-        return False
-    status = candidate.get("status")
-    return status == MEASURED if status is not None else not candidate.get("error")
-
-
-def _slowest_rate(candidate: dict[str, Any]) -> float | None:
-    """The candidate's rate a selection uses: its slowest start's, or its overall rate."""
-    repeats = candidate.get("repeat_rates") or []
-    return min(repeats) if repeats else candidate.get("batches_per_sec")
-
-
-def predicted_wait_ms(candidate: dict[str, Any], compute_batches_per_sec: float | None) -> float | None:
-    """The loop's predicted wait for data per step with this candidate, from its slowest start's rate.
-
-    0 workers: loading never overlaps the step, so the whole load time of a batch (1000 / rate) is waited.
-    N >= 1 workers, steady state: they load while the step computes, so the wait is what loading takes beyond
-    the compute time, max(0, 1000 / rate - compute_ms). ``None`` when not measured or without a compute rate.
-    """
-    rate = _slowest_rate(candidate) if _is_measured(candidate) else None
-    if rate is None or rate <= 0 or compute_batches_per_sec is None:
-        return None
-    load_ms = 1000.0 / rate
-    if candidate["num_workers"] == 0:
-        return load_ms
-    return max(0.0, load_ms - 1000.0 / compute_batches_per_sec)
-
-
-def _acceptable(candidate: dict[str, Any], compute_batches_per_sec: float, margin: float) -> bool:
-    """0 workers: the predicted wait under ``ZERO_WORKERS_WAIT_PCT`` of the step; N >= 1: the slowest start's
-    rate at least ``margin`` x the model's."""
-    if not _is_measured(candidate):
-        return False
-    if candidate["num_workers"] == 0:
-        wait = predicted_wait_ms(candidate, compute_batches_per_sec)
-        step = 1000.0 / compute_batches_per_sec + (wait or 0.0)
-        return wait is not None and wait < ZERO_WORKERS_WAIT_PCT / 100.0 * step
-    return (_slowest_rate(candidate) or 0.0) >= margin * compute_batches_per_sec
-
-
-def _rate_text(candidate: dict[str, Any]) -> str:
-    repeats = candidate.get("repeat_rates") or []
-    text = f"{candidate['batches_per_sec']:.1f} batches/s"
-    if len(repeats) > 1:
-        text += f" ({min(repeats):.1f}-{max(repeats):.1f} over {len(repeats)} fresh starts)"
-    return text
-
-
-def _why(candidate: dict[str, Any]) -> str:
-    """The candidate's error on one line: a worker's error carries its traceback, whose last line is the cause."""
-    lines = [line.strip() for line in str(candidate.get("error") or "no rate").splitlines() if line.strip()]
-    if not lines:
-        return "no rate"
-    return lines[0] if len(lines) == 1 or lines[-1] == lines[0] else f"{lines[0]} ... {lines[-1]}"
-
-
-def _not_measured_text(candidates: list[dict[str, Any]]) -> str:
-    """``num_workers=1, 2: not measured (why)`` for the candidates without a rate, grouped by reason."""
-    groups: dict[str, list[str]] = {}
-    for candidate in candidates:
-        if not _is_measured(candidate):
-            why = _why(candidate)
-            groups.setdefault(why, []).append(str(candidate["num_workers"]))
-    return "; ".join(
-        f"num_workers={', '.join(counts)}: {NOT_MEASURED} ({why})" for why, counts in groups.items()
-    )
-
-
-def _rates_list(candidates: list[dict[str, Any]]) -> str:
-    """Every candidate's rate, or why it has none."""
-    parts = [
-        f"num_workers={c['num_workers']}: {_rate_text(c)}"
-        if _is_measured(c)
-        else f"num_workers={c['num_workers']}: {NOT_MEASURED} ({_why(c)})"
-        for c in candidates
-    ]
-    return ", ".join(parts) if parts else "nothing"
-
-
-def _zero_text(measured: list[dict[str, Any]], compute_batches_per_sec: float) -> str:
-    """``against X ms with num_workers=0 (no overlap)`` where 0 was measured."""
-    zero = next((c for c in measured if c["num_workers"] == 0), None)
-    wait = predicted_wait_ms(zero, compute_batches_per_sec) if zero is not None else None
-    return "" if wait is None else f" against {wait:.1f} ms with num_workers=0 (no overlap)"
-
-
-def suggest_from_candidates(
-    candidates: list[dict[str, Any]], compute_batches_per_sec: float | None, margin: float = DEFAULT_MARGIN
-) -> tuple[int | None, str]:
-    """The suggestion and its reason from the tried candidates (in increasing ``num_workers``).
-
-    With a compute rate: the smallest acceptable value (0 when its predicted wait, paid in full, is under
-    ``ZERO_WORKERS_WAIT_PCT`` of its predicted step; N >= 1 when its slowest rate is at least ``margin`` x the
-    model's), else the value with the shortest predicted step, the smallest within ``NEAR_BEST_STEP_PCT`` of it.
-    Without one: the smallest value within ``margin`` of the fastest. Candidates not measured are never taken
-    for slower: the reason names them and why.
-    """
-    measured = [c for c in candidates if _is_measured(c)]
-    unmeasured = _not_measured_text(candidates)
-    tail = f"; {unmeasured}" if unmeasured else ""
-    if not measured:
-        return None, "no candidate was measured, so no value is chosen" + (
-            f": {unmeasured}" if unmeasured else ""
-        )
-    if compute_batches_per_sec is None:
-        fastest = max(measured, key=lambda c: c["batches_per_sec"])
-        line = fastest["batches_per_sec"] / margin
-        pick = next(c for c in measured if c["batches_per_sec"] >= line)
-        return pick["num_workers"], (
-            f"no compute rate measured: num_workers={pick['num_workers']} delivers "
-            f"{pick['batches_per_sec']:.1f} batches/s, within {margin:g}x of the fastest measured "
-            f"({fastest['batches_per_sec']:.1f} batches/s with {fastest['num_workers']})" + tail
-        )
-    compute_ms = 1000.0 / compute_batches_per_sec
-    model = f"the model's {compute_batches_per_sec:.1f} batches/s"
-    pick = next((c for c in measured if _acceptable(c, compute_batches_per_sec, margin)), None)
-    if pick is not None and pick["num_workers"] == 0:
-        wait = predicted_wait_ms(pick, compute_batches_per_sec) or 0.0
-        return 0, (
-            f"num_workers=0 delivers {_rate_text(pick)}: its predicted wait, {wait:.1f} ms a step (loading "
-            f"never overlaps the step without workers), is {100.0 * wait / (compute_ms + wait):.1f}% of the "
-            f"predicted {compute_ms + wait:.1f} ms step, below {ZERO_WORKERS_WAIT_PCT:g}%" + tail
-        )
-    if pick is not None:
-        slowest = "even in its slowest start, " if len(pick.get("repeat_rates") or []) > 1 else ""
-        wait = predicted_wait_ms(pick, compute_batches_per_sec) or 0.0
-        return pick["num_workers"], (
-            f"num_workers={pick['num_workers']} delivers {_rate_text(pick)}, {slowest}at least {margin:g}x "
-            f"{model}: predicted wait {wait:.1f} ms a step{_zero_text(measured, compute_batches_per_sec)}"
-            + tail
-        )
-
-    def step(candidate: dict[str, Any]) -> float:
-        return compute_ms + (predicted_wait_ms(candidate, compute_batches_per_sec) or 0.0)
-
-    best = min(step(c) for c in measured)
-    pick = next(c for c in measured if step(c) <= best * (1.0 + NEAR_BEST_STEP_PCT / 100.0))
-    wait = step(pick) - compute_ms
-    head = (
-        "the input pipeline cannot keep up: no measured value does"
-        if wait > 0
-        else "no measured value keeps up"
-    )
-    return pick["num_workers"], (
-        f"{head} (1 or more workers at {margin:g}x {model}, or 0 with a wait under "
-        f"{ZERO_WORKERS_WAIT_PCT:g}% of its step); num_workers={pick['num_workers']} has the shortest predicted "
-        f"step, {step(pick):.1f} ms, delivering {_rate_text(pick)}: predicted wait {wait:.1f} ms a step"
-        f"{_zero_text(measured, compute_batches_per_sec) if pick['num_workers'] else ''}" + tail
     )
 
 

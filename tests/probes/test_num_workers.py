@@ -27,16 +27,13 @@ from torch.utils.data import (
 
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.summary import Finding, RunSummary, Settings, TimingSummary
-from lightning_perf.probes import num_workers
-from lightning_perf.probes.num_workers import (
-    REPEATS,
+from lightning_perf.probes import num_workers, worker_counts
+from lightning_perf.probes.num_workers import REPEATS, NumWorkersProbe, probe_num_workers
+from lightning_perf.probes.worker_choice import predicted_wait_ms, suggest_from_candidates
+from lightning_perf.probes.worker_counts import (
     WAITING_WORKERS_MAX,
-    NumWorkersProbe,
     candidate_counts,
-    predicted_wait_ms,
     probe_counts,
-    probe_num_workers,
-    suggest_from_candidates,
     waiting_workers_max,
 )
 
@@ -342,7 +339,7 @@ def test_selection_needs_the_slowest_start_to_clear_the_model():
 
 
 def test_loading_that_waits_tries_counts_past_the_cores(monkeypatch):
-    monkeypatch.setattr(num_workers, "usable_cpu_count", lambda: 2)
+    monkeypatch.setattr(worker_counts, "usable_cpu_count", lambda: 2)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=2**50))
     # 1 ms of sleep a batch and 10 batches a fresh start: each start ends at its batch cap long before its
     # share of the budget, so every count is reached even when worker start-up is slow (~0.5 s for 8 workers
@@ -372,14 +369,14 @@ def test_loading_that_waits_tries_counts_past_the_cores(monkeypatch):
     ],
 )
 def test_probe_counts(monkeypatch, cores, loading_waits, max_workers, counts):
-    monkeypatch.setattr(num_workers, "usable_cpu_count", lambda: cores)
+    monkeypatch.setattr(worker_counts, "usable_cpu_count", lambda: cores)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=2**50))
     assert probe_counts(max_workers, loading_waits) == (counts, "")
     assert waiting_workers_max(cores) <= WAITING_WORKERS_MAX
 
 
 def test_probe_counts_stop_where_memory_runs_out(monkeypatch):
-    monkeypatch.setattr(num_workers, "usable_cpu_count", lambda: 2)
+    monkeypatch.setattr(worker_counts, "usable_cpu_count", lambda: 2)
     rss = psutil.Process().memory_info().rss
     # room for about 5 workers of half this process's resident memory: 4 fits, 8 does not
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=5 * rss // 2))
