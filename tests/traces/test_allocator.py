@@ -46,12 +46,14 @@ def read_twice(path: str, mode: str) -> dict:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
 def test_a_second_trace_reuses_the_memory_the_first_freed(realtraces):
     (path,) = find_traces(str(realtraces / "ddp_a100_rank1_of2"))
-    default, kept = read_twice(path, "default"), read_twice(path, "keep")
+    # the median of three fresh processes a side: the default side's count moves with glibc's dynamic mmap
+    # threshold (ddp_a100_rank1_of2 with ISA-L's gunzip, huge pages off: 6,068-15,277 faults by default over a
+    # day of runs, 1,803-2,598 kept)
+    runs = {mode: [read_twice(path, mode) for _ in range(3)] for mode in ("default", "keep")}
+    default, kept = (sorted(r, key=lambda run: run["faults"])[1] for r in runs.values())
     assert kept["kept"] is True
-    # ddp_a100_rank1_of2 read with ISA-L's gunzip, huge pages off: 14,471-15,277 faults by default, 2,114-2,598
-    # kept (four runs each)
-    assert kept["faults"] * 3 < default["faults"], (default, kept)
-    assert kept["peak_kb"] < 1.25 * default["peak_kb"], (default, kept)
+    assert kept["faults"] * 2 < default["faults"], runs
+    assert kept["peak_kb"] < 1.25 * default["peak_kb"], runs
 
 
 def test_without_mallopt_nothing_changes(monkeypatch):
