@@ -153,3 +153,18 @@ def test_zero_workers_get_a_first_worker_beside_the_recipe():
     findings = {f.id: f for f in diagnose(case_study())}
     assert "batched_transforms" in findings
     assert findings["input_bound"].settings_change == {"num_workers": 1}
+
+
+def test_a_probe_with_predicted_steps_is_read_with_overlap_not_by_delivery_rate():
+    """0 workers pay every load inside the step: one worker at the same delivery rate still hides the load, so
+    the probe showed a gain and only the cores being full speak for the recipe."""
+    candidates = [
+        {"num_workers": 0, "batches_per_sec": 27.8, "predicted_step_ms": 157.7, "status": "measured"},
+        {"num_workers": 1, "batches_per_sec": 26.6, "predicted_step_ms": 120.0, "status": "measured"},
+    ]
+    summary = case_study(probes={"num_workers": {"candidates": candidates, "suggested": 1, "reason": "r"}})
+    finding = fire(summary)
+    assert "probe" not in finding.evidence.split("; ", 2)[-1]  # no "nothing faster" from the rates
+    assert "1.7 of 2 usable cores" in finding.evidence
+    candidates[1]["predicted_step_ms"] = 150.0  # under the 1.2x line: the probe found no gain after all
+    assert "predicts at most 1.05x the step of num_workers=0" in fire(summary).evidence

@@ -72,6 +72,19 @@ def probe_shows_no_gain(summary: RunSummary) -> str | None:
         # the probe's own verdict (it stops at the first value that keeps up with the model)
         return f"the num_workers probe found nothing faster than {current}"
     rates = _rates(probe_value(probe, "candidates"))
+    steps = _predicted_steps(probe_value(probe, "candidates"))
+    if current in steps and any(n > current for n in steps):
+        # the probe's own account of overlap (0 workers pay every load inside the step): compare predicted steps
+        more_steps = {n: ms for n, ms in steps.items() if n > current}
+        fastest = min(more_steps, key=lambda n: more_steps[n])
+        step_gain = steps[current] / more_steps[fastest]
+        if step_gain >= PROBE_GAIN_MIN:
+            return None
+        return (
+            f"the num_workers probe predicts at most {step_gain:.2f}x the step of num_workers={current} "
+            f"(num_workers={fastest}: {_fmt(more_steps[fastest])} vs {_fmt(steps[current])} ms, with overlap; "
+            f"a gain needs {PROBE_GAIN_MIN:g}x)"
+        )
     own = rates.get(current)
     more = {n: r for n, r in rates.items() if n > current}
     if own is None or not more:
@@ -118,6 +131,18 @@ def per_sample_ms(summary: RunSummary) -> tuple[float, str] | None:
     if summary.settings.num_workers == 0 and wait is not None and _num(wait.median):
         return wait.median / batch, f"median wait {_fmt(wait.median)} ms per batch of {batch}, no workers"
     return None
+
+
+def _predicted_steps(candidates: Any) -> dict[int, float]:
+    """num_workers -> the probe's predicted step in ms (compute + the wait overlap leaves), where it gave one."""
+    steps: dict[int, float] = {}
+    for candidate in candidates if isinstance(candidates, list) else []:
+        if not isinstance(candidate, dict):
+            continue
+        workers, step = candidate.get("num_workers"), _num(candidate.get("predicted_step_ms"))
+        if isinstance(workers, int) and not isinstance(workers, bool) and step is not None and step > 0:
+            steps[workers] = step
+    return steps
 
 
 def _rates(candidates: Any) -> dict[int, float]:
