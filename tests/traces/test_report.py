@@ -245,3 +245,22 @@ def test_gpu_trace_reports_kernels_and_busy_share(tmp_path, capsys):
     assert trace["steps"][0]["categories_ms"]["kernel"] == 0.05
     _, out, _ = run_report(capsys, str(tmp_path))
     assert "Top 1 GPU kernels:" in out and "50.0% of the profiled steps" in out
+
+
+def test_a_cpu_only_gloo_trace_is_reported_not_a_crash(tmp_path, capsys):
+    """A CPU ddp_spawn run's trace: a gloo collective, no GPU kernel (three events crashed the breakdown)."""
+
+    def x(name, cat, ts, dur, external_id):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": 1,
+                "args": {"External id": external_id}}  # fmt: skip
+
+    events = [
+        x("ProfilerStep#3", "user_annotation", 1000, 500, 1),
+        x("gloo:all_reduce", "cpu_op", 1100, 100, 2),
+        x("aten::mm", "cpu_op", 1250, 100, 3),
+    ]
+    (tmp_path / "host_rank0.1.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    code, out, _ = run_report(capsys, str(tmp_path), "--format", "json")
+    assert code == 0
+    (trace,) = json.loads(out)["traces"]
+    assert trace["average"]["categories_ms"]["communication"] == pytest.approx(0.1)

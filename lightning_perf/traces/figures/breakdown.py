@@ -144,7 +144,10 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span]) -> Breakdown:
     comm_kernels = kernels & cols.where_name(lambda name: name.lower().startswith("nccl"))
     if comm_ids:
         linked = np.flatnonzero(kernels)
-        comm_kernels[linked] |= [e in comm_ids for e in cols.external_id[linked].tolist()]
+        # a bool array even when no kernel is linked (a CPU-only gloo trace): |= of an empty list is float64
+        comm_kernels[linked] |= np.fromiter(
+            (e in comm_ids for e in cols.external_id[linked].tolist()), dtype=bool, count=linked.size
+        )
     roles: dict[str, Intervals] = {
         role: union_of(cols, mask)
         for role, mask in (
