@@ -185,3 +185,12 @@ def test_others_on_cores_the_run_did_not_need_do_not_lead():
     assert machine_busy(busy(storage_run(0), other=1.6, queue_pct=3.0)) is not None
     assert machine_busy(busy(storage_run(0), other=1.6, queue_pct=None)) is not None
     assert machine_busy(busy(storage_run(0), other=1.2, queue_pct=None)) is None
+
+
+def test_a_machine_held_by_others_still_names_a_gpu_held_at_its_power_cap():
+    summary = busy(storage_run(0), other=1.9, queue_pct=40.0)
+    summary.machine.gpu_slowdown_pct = {"power cap": 100.0}
+    summary.machine.gpu_sm_clock_mhz, summary.machine.gpu_sm_clock_max_mhz = 1100.0, 1980.0
+    first = diagnose(summary)[0]
+    assert first.title == HELD_TITLE and "power cap in 100.0% of the training samples" in first.evidence
+    assert "nvidia-smi" in first.recommendation

@@ -33,15 +33,21 @@ def noisy_machine(summary: RunSummary, verdict: str | None) -> Finding | None:
         return None
     held = machine_busy(summary)
     if held is not None:  # it leads the diagnosis: the CPU figures of this run say more about the others
+        gpu = (
+            f"; {_gpu_cause(slowed, machine.gpu_sm_clock_mhz, machine.gpu_sm_clock_max_mhz)}"
+            if slowed
+            else ""
+        )
         return Finding(
             id="noisy_machine",
             severity="high",
             title=HELD_TITLE,
-            evidence=f"During the run {held}: the run's CPU figures (and any CPU-bound verdict) are not its own; "
-            f"timings may be off by {_effect(summary, other, cores, None)}.",
+            evidence=f"During the run {held}{gpu}: the run's CPU figures (and any CPU-bound verdict) are not its "
+            f"own; timings may be off by {_effect(summary, other, cores, machine if slowed else None)}.",
             recommendation="Free the cores (stop the other jobs, or give this job its own cores: `taskset`, "
             "SLURM `--cpus-per-task`) and measure again before acting on CPU-side advice; "
-            "compare settings with `lightning-perf trial --repeats N` (interleaved rounds).",
+            "compare settings with `lightning-perf trial --repeats N` (interleaved rounds)."
+            + (_GPU_ADVICE if slowed else ""),
         )
     causes = []
     if busy:
