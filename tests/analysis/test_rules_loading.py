@@ -194,3 +194,9 @@ def test_a_machine_held_by_others_still_names_a_gpu_held_at_its_power_cap():
     first = diagnose(summary)[0]
     assert first.title == HELD_TITLE and "power cap in 100.0% of the training samples" in first.evidence
     assert "nvidia-smi" in first.recommendation
+
+
+def test_waiting_workers_at_the_cap_are_told_to_speed_up_the_storage_not_to_add_cores():
+    finding = by_id(diagnose(storage_run(16, cpu_count=2)), "input_bound")
+    assert finding.settings_change == {}
+    assert "storage faster" in finding.recommendation and "more CPU cores" not in finding.recommendation

@@ -129,6 +129,11 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
                 " Workers that wait cost little CPU; keep them alive across epochs (`persistent_workers=True`) "
                 "and raise `prefetch_factor` if the wait stays uneven."
             )
+    elif why and loading is not None and loading.cause == WAITS:
+        recommendation = (
+            f"No more workers are advised ({why}): make the storage faster for this job (a local copy or cache "
+            "of the data, fewer and larger reads, e.g. sharded archives) and raise `prefetch_factor`."
+        )
     elif why:
         recommendation = (
             f"More workers will not help ({why}): make the per-sample work cheaper (decode, transforms, "
