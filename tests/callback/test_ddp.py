@@ -111,3 +111,19 @@ def test_uneven_batch_counts_end_without_waiting_in_our_collectives(tmp_path):
     assert summary["status"] == "finished"
     assert summary["ranks"] == []  # cross-rank figures were switched off up front, not mismatched
     assert len(trace_files(log_dir)) == 2
+
+
+@pytest.mark.timeout(240)
+def test_report_reads_the_cpu_ddp_traces_with_their_gloo_collectives(straggler_run, capsys):
+    """CPU ddp_spawn traces hold gloo collectives and no GPU kernel: `lightning-perf report` reads both ranks."""
+    from lightning_perf.cli import main
+
+    assert main(["report", straggler_run, "--format", "json"]) == 0
+    traces = json.loads(capsys.readouterr().out)["traces"]
+    assert sorted(t["rank"] for t in traces) == [0, 1]
+    for trace in traces:
+        names = {op["name"] for op in trace["top_cpu_operators"]}
+        assert (
+            any(name.startswith("gloo:") for name in names)
+            or trace["average"]["categories_ms"]["communication"] > 0
+        )
