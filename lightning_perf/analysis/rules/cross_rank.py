@@ -1,6 +1,13 @@
 """Cross-rank rules: the rank that holds the others back (``straggler``) and the ranks that wait for it
 (``collective_wait``), over one row of figures a rank (:class:`RankRow`).
 
+Where every rank's trace measured its exposed communication, the collectives themselves tell who is waited
+for: in a collective every rank waits for the last to arrive, so that rank (the least exposed communication,
+the most time outside communication) is the one the others wait for, and their exposed communication above
+its own is their wait. That verdict holds whenever the wait is long enough to matter (STRAGGLER_MIN_GAP_MS and
+COLLECTIVE_WAIT_MIN_PCT of a waiting rank's step), however small the last rank's lead in busy time: the 7x
+spread of exposed communication across 8 DLRM ranks (11.1 against 1.6 ms a step) is such a case.
+
 Gradient sync (DDP's all-reduce, any collective) evens the step times out: the fast ranks wait inside the
 collective for the slowest, so step time alone rarely names the culprit. What a rank spends *not waiting* does:
 its busy time is its step minus the time it waited for the others. From a trace that wait is the exposed
@@ -81,7 +88,7 @@ PARTS = {
         "across nodes); `NCCL_DEBUG=INFO` shows the transports each rank uses.",
     ),
     "idle_ms": (
-        "GPU idle time",
+        "GPU idle time (host-side work)",
         "That rank's host launches its work late: look for CPU contention on its host (other processes, "
         "fewer cores, CPU affinity) and for Python work only that rank does.",
     ),
@@ -104,6 +111,10 @@ class Straggler:
     part: str | None  # key of PARTS that differs most, None when no measured part does
     part_ms: float | None
     part_median_ms: float | None
+    # from the collectives (every rank's exposed communication measured): the others' wait for it, ms a step
+    # (median of the ranks that wait), and the ranks that wait; None and () when found by busy time alone
+    waited_ms: float | None = None
+    waiting: tuple[int, ...] = ()
 
 
 def rank_list(ranks: Iterable[int]) -> str:
@@ -147,19 +158,53 @@ def waits(rows: Sequence[RankRow]) -> dict[int, float]:
     return out
 
 
+def _waits_for(known: Sequence[RankRow], wait: dict[int, float], slow: int) -> dict[int, float]:
+    """The ranks that wait for ``slow``: their wait above its own, at least STRAGGLER_MIN_GAP_MS and
+    COLLECTIVE_WAIT_MIN_PCT of their step."""
+    out = {}
+    for r in known:
+        extra = wait[r.rank] - wait[slow]
+        if r.rank == slow or extra < STRAGGLER_MIN_GAP_MS:
+            continue
+        if 100.0 * extra / r.step_ms >= COLLECTIVE_WAIT_MIN_PCT:  # type: ignore[operator]
+            out[r.rank] = extra
+    return out
+
+
+def _last_to_arrive(
+    known: Sequence[RankRow], wait: dict[int, float], busy: dict[int, float]
+) -> tuple[RankRow, dict[int, float]] | None:
+    """The rank the others wait for in the collectives, with the ranks that wait: the least exposed
+    communication (then the most busy time, then the lowest rank); None unless every rank measured its exposed
+    communication and some rank waits for it."""
+    if any(finite(r.exposed_comm_ms) is None for r in known):
+        return None
+    last = min(known, key=lambda r: (wait[r.rank], -busy[r.rank], r.rank))
+    waiting = _waits_for(known, wait, last.rank)
+    return (last, waiting) if waiting else None
+
+
 def find_straggler(rows: Sequence[RankRow]) -> Straggler | None:
-    """The rank busy longest, when it is busy STRAGGLER_RATIO times the median of the others and at least
-    STRAGGLER_MIN_GAP_MS longer; None with fewer than two ranks with a step time."""
+    """The rank the others wait for in collectives (see the module doc), else the rank busy longest when it is
+    busy STRAGGLER_RATIO times the median of the others and at least STRAGGLER_MIN_GAP_MS longer; None with
+    fewer than two ranks with a step time."""
     known = [r for r in rows if finite(r.step_ms) is not None]
     if len(known) < 2:
         return None
     wait = waits(known)
     busy = {r.rank: r.step_ms - wait[r.rank] for r in known}  # type: ignore[operator]
-    slow = max(known, key=lambda r: (busy[r.rank], -r.rank))
+    arrived = _last_to_arrive(known, wait, busy)
+    if arrived is not None:
+        slow, waiting = arrived
+        waited: float | None = statistics.median(waiting.values())
+    else:
+        slow, waiting, waited = max(known, key=lambda r: (busy[r.rank], -r.rank)), {}, None
     median = statistics.median(busy[r.rank] for r in known if r is not slow)
     lead = busy[slow.rank] - median
-    if lead < STRAGGLER_MIN_GAP_MS or busy[slow.rank] <= STRAGGLER_RATIO * median:
+    if waited is None and (lead < STRAGGLER_MIN_GAP_MS or busy[slow.rank] <= STRAGGLER_RATIO * median):
         return None
+    # the part of its step that explains the lead (or, found from the collectives, the others' wait)
+    explain = waited if waited is not None else lead
     part, part_ms, part_median, best = None, None, None, 0.0
     for key in PARTS:
         mine = finite(getattr(slow, key))
@@ -167,9 +212,11 @@ def find_straggler(rows: Sequence[RankRow]) -> Straggler | None:
         if mine is None or not theirs:
             continue
         excess = mine - statistics.median(theirs)
-        if excess > best and excess >= max(STRAGGLER_MIN_GAP_MS, STRAGGLER_PART_MIN_SHARE * lead):
+        if excess > best and excess >= max(STRAGGLER_MIN_GAP_MS, STRAGGLER_PART_MIN_SHARE * explain):
             part, part_ms, part_median, best = key, mine, statistics.median(theirs), excess
-    return Straggler(slow.rank, busy[slow.rank], median, lead, part, part_ms, part_median)
+    return Straggler(
+        slow.rank, busy[slow.rank], median, lead, part, part_ms, part_median, waited, tuple(sorted(waiting))
+    )
 
 
 def _name(row: RankRow, capital: bool = False) -> str:
@@ -184,9 +231,40 @@ def _busy_words(row: RankRow) -> str:
     return ""
 
 
+def _arrives_last(slow: RankRow, found: Straggler, rows: Sequence[RankRow]) -> str:
+    """What the collectives say of the straggler: it has the least exposed communication, the others wait."""
+    theirs = [v for r in rows if r is not slow and (v := finite(r.exposed_comm_ms)) is not None]
+    return (
+        f" It arrives last at the collectives: its exposed communication is {_fmt(slow.exposed_comm_ms)} ms a "
+        f"step, the least of {len(theirs) + 1} ranks (median of the others {_fmt(statistics.median(theirs))} "
+        f"ms), and {len(found.waiting)} of {others(len(theirs))} wait {_fmt(found.waited_ms)} ms a step for "
+        "it (median)."
+    )
+
+
+def _instead(slow: RankRow, found: Straggler, meanwhile: bool = False) -> str:
+    """What the straggler does while the others wait: the part of its step that differs most."""
+    if found.part is None:
+        return (
+            f" No one part of rank {slow.rank}'s step (DataLoader, GPU kernels, GPU idle, host-blocking calls) "
+            "stands out against the others'."
+        )
+    label, mine, theirs = PARTS[found.part][0], _fmt(found.part_ms), _fmt(found.part_median_ms)
+    more = _fmt(found.part_ms - found.part_median_ms)  # type: ignore[operator]
+    if meanwhile:
+        return (
+            f" Meanwhile rank {slow.rank} spends {mine} ms a step in its {label}, against {theirs} ms median "
+            f"of the others (+{more} ms)."
+        )
+    return (
+        f" Its {label} differs most: {mine} ms a step against {theirs} ms median of the others (+{more} ms)."
+    )
+
+
 def straggler(rows: Sequence[RankRow]) -> Finding | None:
-    """The rank whose step (less its own waiting) is longest, by how much against the median rank, with the
-    spread of step times across ranks and the part of its step that differs, with the fix for that part."""
+    """The rank whose step (less its own waiting) is longest, or that the others wait for in the collectives,
+    by how much against the median rank, with the spread of step times across ranks and the part of its step
+    that differs, with the fix for that part."""
     found = find_straggler(rows)
     if found is None:
         return None
@@ -195,27 +273,32 @@ def straggler(rows: Sequence[RankRow]) -> Finding | None:
     steps = [step for r in rows if (step := finite(r.step_ms)) is not None]
     n_others = len(steps) - 1
     ratio = f"{found.busy_ms / found.median_busy_ms:.2f}x" if found.median_busy_ms > 0 else "above zero"
+    sign = "+" if found.lead_ms >= 0 else "-"
     evidence = (
         f"{_name(slow, capital=True)} takes {_fmt(found.busy_ms)} ms a step{_busy_words(slow)}, against "
-        f"{_fmt(found.median_busy_ms)} ms for the median of {others(n_others)} (+{_fmt(found.lead_ms)} ms, "
-        f"{ratio}); step times across ranks {_fmt(min(steps))}-{_fmt(max(steps))} ms (spread "
-        f"{_fmt(max(steps) - min(steps))} ms). Every rank waits for the slowest at each collective."
+        f"{_fmt(found.median_busy_ms)} ms for the median of {others(n_others)} ({sign}"
+        f"{_fmt(abs(found.lead_ms))} ms, {ratio}); step times across ranks {_fmt(min(steps))}-"
+        f"{_fmt(max(steps))} ms (spread {_fmt(max(steps) - min(steps))} ms)."
     )
+    if found.waited_ms is not None:
+        evidence += _arrives_last(slow, found, rows)
+    else:
+        evidence += " Every rank waits for the slowest at each collective."
     title = f"Straggler: {_name(slow)}"
     if found.part is not None:
         label, recommendation = PARTS[found.part]
         title += f", in its {label}"
-        evidence += (
-            f" Its {label} differs most: {_fmt(found.part_ms)} ms a step against {_fmt(found.part_median_ms)} "
-            f"ms median of the others (+{_fmt(found.part_ms - found.part_median_ms)} ms)."  # type: ignore[operator]
-        )
+        evidence += _instead(slow, found)
     else:
         recommendation = (
             "Check that rank's host for CPU contention, slower storage or fewer cores per DataLoader, and for "
             "a throttled or shared GPU."
         )
-    # the others' step stretches to the straggler's: the share of it they lose waiting
-    high = slow.step_ms > 0 and 100.0 * found.lead_ms / slow.step_ms >= STRAGGLER_HIGH_PCT  # type: ignore[operator]
+    if found.waited_ms is not None:  # the share of their step the waiting ranks lose
+        median_step = statistics.median(by_rank[r].step_ms for r in found.waiting)  # type: ignore[type-var]
+        high = median_step > 0 and 100.0 * found.waited_ms / median_step >= STRAGGLER_HIGH_PCT
+    else:  # the others' step stretches to the straggler's
+        high = slow.step_ms > 0 and 100.0 * found.lead_ms / slow.step_ms >= STRAGGLER_HIGH_PCT  # type: ignore[operator]
     return Finding(
         id="straggler",
         severity="high" if high else "medium",
@@ -232,26 +315,32 @@ def waiting_ranks(rows: Sequence[RankRow]) -> dict[int, float]:
     if found is None:
         return {}
     known = [r for r in rows if finite(r.step_ms) is not None]
+    return _waits_for(known, waits(known), found.rank)
+
+
+def late_ranks(rows: Sequence[RankRow]) -> list[int]:
+    """The ranks the others wait for: the straggler and the ranks whose wait is within STRAGGLER_MIN_GAP_MS of
+    its own (they arrive as late); empty unless some rank waits for the straggler."""
+    found = find_straggler(rows)
+    known = [r for r in rows if finite(r.step_ms) is not None]
     wait = waits(known)
-    out = {}
-    for r in known:
-        extra = wait[r.rank] - wait[found.rank]
-        if r.rank == found.rank or extra < STRAGGLER_MIN_GAP_MS:
-            continue
-        if 100.0 * extra / r.step_ms >= COLLECTIVE_WAIT_MIN_PCT:  # type: ignore[operator]
-            out[r.rank] = extra
-    return out
+    if found is None or not _waits_for(known, wait, found.rank):
+        return []
+    return [r.rank for r in known if wait[r.rank] - wait[found.rank] < STRAGGLER_MIN_GAP_MS]
 
 
 def collective_wait(rows: Sequence[RankRow]) -> Finding | None:
     """Ranks whose exposed communication is long while the straggler's input or compute is: they wait in the
-    collective for it, which is not a communication problem of their own."""
+    collective for it, which is not a communication problem of their own. Says what the straggler does
+    meanwhile, and names the ranks that arrive as late as it."""
     waiting = waiting_ranks(rows)
     found = find_straggler(rows)
     if not waiting or found is None:
         return None
     by_rank = {r.rank: r for r in rows}
     slow = by_rank[found.rank]
+    late = late_ranks(rows)
+    waited_for = f"rank {slow.rank}" if len(late) == 1 else f"ranks {rank_list(late)}"
     median_wait = statistics.median(waiting.values())
     median_step = statistics.median(by_rank[r].step_ms for r in waiting)  # type: ignore[type-var]
     names = rank_list(waiting)
@@ -275,13 +364,20 @@ def collective_wait(rows: Sequence[RankRow]) -> Finding | None:
             f"{_fmt(statistics.median(by_rank[r].compute_ms for r in waiting))} ms a step (median) against "  # type: ignore[type-var]
             f"{_fmt(slow.compute_ms)} ms on rank {slow.rank}"
         )
+    with_it = [r for r in late if r != slow.rank]
+    subject = (
+        f"Ranks {rank_list(with_it)} arrive" if len(with_it) > 1 else f"Rank {rank_list(with_it)} arrives"
+    )
+    also = f" {subject} within {_fmt(STRAGGLER_MIN_GAP_MS)} ms of rank {slow.rank}." if with_it else ""
+    meanwhile = _instead(slow, found, meanwhile=True)
     high = median_step > 0 and 100.0 * median_wait / median_step >= COLLECTIVE_WAIT_HIGH_PCT
     return Finding(
         id="collective_wait",
         severity="high" if high else "medium",
-        title=f"{plural.capitalize()} {names} {verb} for rank {slow.rank} in collectives",
+        title=f"{plural.capitalize()} {names} {verb} for {waited_for} in collectives",
         evidence=f"{plural.capitalize()} {names} {verb} {_fmt(median_wait)} ms a step {where} for rank "
-        f"{slow.rank}{spread}: {how}. This is waiting for the straggler, not slow communication.",
+        f"{slow.rank}{spread}: {how}. This is waiting for the straggler, not slow communication.{also}"
+        f"{meanwhile}",
         recommendation=f"Make rank {slow.rank} faster (see the straggler finding); tuning the communication "
         "of the waiting ranks (DDP buckets, overlap) would not shorten the wait.",
     )

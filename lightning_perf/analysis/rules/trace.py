@@ -2,9 +2,15 @@
 
 Each rule is ``(figures) -> Finding | None``, silent when its evidence is absent. :func:`diagnose_trace` runs
 them all, most severe first. Pure: reads plain figures, imports nothing from torch, Lightning or traces.
+
+The rules whose words or fix depend on what the traced steps were take ``training``: False for a trace with no
+backward pass and no optimizer step (an inference benchmark, a validation or predict loop), which is then "the
+run" with fixes that fit inference; True (the default) for a training step.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from lightning_perf.analysis.diagnosis import input_bound_verdict
 from lightning_perf.analysis.numbers import MB_PER_GB
@@ -33,7 +39,14 @@ def _bound(figures: TraceFigures) -> bool:
     return input_bound_verdict(figures.dataloader_pct) in VERDICTS[:2]
 
 
-def input_bound(figures: TraceFigures) -> Finding | None:
+# said of a trace without a backward pass or optimizer step
+_NOT_TRAINING = (
+    " The trace has no backward pass and no optimizer step: a forward-only run (serving, evaluation), not "
+    "training."
+)
+
+
+def input_bound(figures: TraceFigures, training: bool = True) -> Finding | None:
     """The DataLoader share of the traced steps, graded as the summary's rule; silent below the moderate line."""
     verdict = input_bound_verdict(figures.dataloader_pct)
     if verdict not in VERDICTS[:2]:
@@ -41,11 +54,11 @@ def input_bound(figures: TraceFigures) -> Finding | None:
     return Finding(
         id="input_bound",
         severity="high" if verdict == VERDICTS[0] else "medium",
-        title=f"Training is {verdict}",
+        title=f"{'Training' if training else 'The run'} is {verdict}",
         evidence=f"The DataLoader takes {_fmt(figures.dataloader_pct)}% of the {figures.steps} traced steps "
-        f"(mean step {_fmt(figures.step_ms)} ms).",
-        recommendation="Raise `num_workers` in the training DataLoader (with `persistent_workers=True`), "
-        "or make per-sample loading cheaper.",
+        f"(mean step {_fmt(figures.step_ms)} ms)." + ("" if training else _NOT_TRAINING),
+        recommendation=f"Raise `num_workers` in the {'training ' if training else ''}DataLoader (with "
+        "`persistent_workers=True`), or make per-sample loading cheaper.",
     )
 
 
@@ -105,7 +118,7 @@ def launch_bound(figures: TraceFigures) -> Finding | None:
     )
 
 
-def pageable_memcpy(figures: TraceFigures) -> Finding | None:
+def pageable_memcpy(figures: TraceFigures, training: bool = True) -> Finding | None:
     if figures.pageable_htod_calls <= 0:
         return None
     share = figures.pct_of_step(figures.pageable_htod_ms_per_step) or 0.0
@@ -116,8 +129,8 @@ def pageable_memcpy(figures: TraceFigures) -> Finding | None:
         evidence=f"{figures.pageable_htod_calls} HtoD copies from pageable memory take "
         f"{_fmt(figures.pageable_htod_ms_per_step)} ms a step ({_fmt(share)}%); such copies block the host "
         "and cannot overlap compute.",
-        recommendation="Set `pin_memory=True` in the training DataLoader (Lightning then copies batches with "
-        "`non_blocking=True`).",
+        recommendation=f"Set `pin_memory=True` in the {'training ' if training else ''}DataLoader (Lightning "
+        "then copies batches with `non_blocking=True`).",
         settings_change={"pin_memory": True},
     )
 
@@ -147,7 +160,7 @@ def mixed_precision(figures: TraceFigures) -> Finding | None:
     )
 
 
-def exposed_communication(figures: TraceFigures) -> Finding | None:
+def exposed_communication(figures: TraceFigures, training: bool = True) -> Finding | None:
     share = figures.exposed_communication_pct
     if share is None or share < EXPOSED_COMM_MEDIUM_PCT:
         return None
@@ -159,11 +172,28 @@ def exposed_communication(figures: TraceFigures) -> Finding | None:
         f"{_fmt(figures.exposed_communication_ms_per_step)} ms of it ({_fmt(share)}% of the step) overlaps no "
         "compute kernel.",
         recommendation="Use `DDPStrategy(bucket_cap_mb=..., gradient_as_bucket_view=True, static_graph=True, "
-        "find_unused_parameters=False)` so gradients are reduced while the backward pass runs.",
+        "find_unused_parameters=False)` so gradients are reduced while the backward pass runs."
+        if training
+        else "Overlap the collectives with compute (issue them asynchronously and wait for them as late as "
+        "possible) or exchange less a step (fewer, larger collectives; a smaller tensor-parallel group).",
     )
 
 
-def memory_growth(figures: TraceFigures) -> Finding | None:
+def memory_growth(figures: TraceFigures, training: bool = True) -> Finding | None:
+    found = _memory_growth(figures)
+    if found is None or training:
+        return found
+    fixes = {
+        "GPU memory grows step after step": "Keep no outputs on the GPU across steps: run under "
+        "`torch.inference_mode()` and move what you keep off the GPU (`.cpu()`) or drop it each step.",
+        "Peak GPU memory is near the device's capacity": 'Leave headroom: `precision="bf16-mixed"` (or '
+        "`torch.autocast`), `torch.inference_mode()`, or a smaller batch.",
+        "GPU memory has room for a larger batch": "A larger batch would use the free memory.",
+    }
+    return dataclasses.replace(found, recommendation=fixes.get(found.title, found.recommendation))
+
+
+def _memory_growth(figures: TraceFigures) -> Finding | None:
     growth, capacity, peak = (
         figures.memory_growth_mb_per_step,
         figures.memory_capacity_gb,
@@ -202,9 +232,17 @@ TRACE_RULES = (
 )
 
 
-def diagnose_trace(figures: TraceFigures) -> list[Finding]:
-    """All trace findings for one trace's figures, most severe first (rule order within one severity)."""
+# the rules whose words depend on whether the trace is of training (see the module doc)
+WORDED_BY_KIND = (input_bound, pageable_memcpy, exposed_communication, memory_growth)
+
+
+def diagnose_trace(figures: TraceFigures, training: bool = True) -> list[Finding]:
+    """All trace findings for one trace's figures, most severe first (rule order within one severity).
+    ``training``: whether the trace shows a backward pass or optimizer step (the words of the findings)."""
     if not isinstance(figures, TraceFigures):
         raise ValueError(f"figures: expected TraceFigures, got {type(figures).__name__}")
-    findings = [f for rule in TRACE_RULES if (f := rule(figures)) is not None]
+    found = (
+        rule(figures, training=training) if rule in WORDED_BY_KIND else rule(figures) for rule in TRACE_RULES
+    )
+    findings = [f for f in found if f is not None]
     return sorted(findings, key=lambda f: SEVERITY_ORDER.index(f.severity))

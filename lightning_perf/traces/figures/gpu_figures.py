@@ -28,14 +28,12 @@ from lightning_perf.traces.figures.gpu_timeline import (
     exposed_communication_us,
     gpu_timeline,
     idle_ranges,
-    is_communication_kernel,
     window_of,
 )
 from lightning_perf.traces.figures.host_calls import (
     blocking_calls,
     blocking_mask,
     in_host_steps,
-    is_launch,
     issuing_operators,
 )
 from lightning_perf.traces.figures.intervals import Intervals, intersect, ordered_sum, subtract, union_of
@@ -52,35 +50,31 @@ from lightning_perf.traces.read.spans import (
     StepSpan,
     gc_paused,
 )
+from lightning_perf.traces.vendors import (
+    NVIDIA_TENSOR_CORE_MARKERS,
+    is_communication_kernel_name,
+    is_launch_call,
+    is_matrix_core_kernel,
+)
 
 # Kernels shorter than this are "tiny": launching one costs the host about 5-10 us (NVIDIA, "Getting Started
 # with CUDA Graphs": launch overheads of a few microseconds), so a GPU fed by them waits for launches.
 SMALL_KERNEL_US = 10.0
-# torch-tb-profiler's TC_Allowlist (profiler/tensor_core.py, from NVIDIA PyProf's tc.py), plus the names of
-# newer tensor-core kernels: CUTLASS/cuBLAS "tensorop", Hopper's cuBLAS "nvjet" and warpgroup "gmma", flash
-# attention, and ROCm's matrix cores ("mfma").
-TENSOR_CORE_MARKERS = (
-    "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "dgrad_1x1_stride_2x2",
-    "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm",
-    "xmma_sparse_conv", "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm", "c1688",
-    "tensorop", "nvjet", "gmma", "flash_fwd", "flash_bwd", "wmma", "mfma",
-)  # fmt: skip
+# Which kernels run on matrix cores (NVIDIA tensor cores, AMD MFMA): traces/vendors.py's tables.
+TENSOR_CORE_MARKERS = NVIDIA_TENSOR_CORE_MARKERS
+uses_tensor_cores = is_matrix_core_kernel
 # torch-tb-profiler's TC_OP_Allowlist (the operators autocast runs in half precision) by name pattern, so that
-# torch 2.x names match too (aten::convolution_backward, autograd "MmBackward0", scaled_dot_product...).
+# torch 2.x names match too (aten::convolution_backward, autograd "MmBackward0", scaled_dot_product...), and
+# ROCm's twins of cudnn_convolution (aten::miopen_convolution, miopen_depthwise_convolution, ...).
 TENSOR_CORE_ELIGIBLE = re.compile(
-    r"(^|::|: )(_?convolution\w*|conv\w*|cudnn_convolution\w*|prelu|addmm_?|addmv_?|addr|matmul|mm|mv|linear"
-    r"|addbmm|baddbmm|bmm|_scaled_mm|chain_matmul|linalg_multi_dot|_thnn_fused_\w+_cell|lstm_cell|gru_cell"
-    r"|rnn_\w+_cell|\w*scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
+    r"(^|::|: )(_?convolution\w*|conv\w*|cudnn_convolution\w*|miopen_\w*convolution\w*|prelu|addmm_?|addmv_?"
+    r"|addr|matmul|mm|mv|linear|addbmm|baddbmm|bmm|_scaled_mm|chain_matmul|linalg_multi_dot|_thnn_fused_\w+_cell"
+    r"|lstm_cell|gru_cell|rnn_\w+_cell|\w*scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
     r"|(Convolution\w*|Bmm|Mm|Addmm|Addmv|Mv|Addbmm|Baddbmm)Backward\d*$"
 )
 # Triton (torch.compile) kernels: whether they use tensor cores cannot be told from the name.
 TRITON_PREFIX = "triton_"
 _US_PER_MS = 1000.0
-
-
-@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
-def uses_tensor_cores(kernel_name: str) -> bool:
-    return any(marker in kernel_name for marker in TENSOR_CORE_MARKERS)
 
 
 @functools.cache  # a few hundred distinct (interned) names against ~1e5 events
@@ -179,7 +173,9 @@ def _host(
     blocking: np.ndarray,
 ) -> None:
     cols = columns_of(spans)
-    launches = cols.in_cats(RUNTIME_CATS) & cols.where_name(is_launch) & in_host_steps(cols, host_steps)
+    launches = cols.in_cats(RUNTIME_CATS) & cols.where_name(is_launch_call)
+    if host_steps:  # without ProfilerStep# spans (an inference loop) the one step is the whole trace
+        launches &= in_host_steps(cols, host_steps)
     figures.launches_per_step = int(launches.sum()) / n
     figures.launch_ms_per_step = sum(_durations(cols, launches)) / n / _US_PER_MS
     figures.blocking = [
@@ -257,9 +253,11 @@ def _tensor_cores(
     launcher: dict[Any, str | None] = dict(
         zip(cols.correlation[calls].tolist(), [issuers[i].inner for i in calls], strict=True)
     )
-    kernels = cols.in_cats(KERNEL_CATS) & _inside(cols, window) & ~cols.where_name(is_communication_kernel)
+    kernels = (
+        cols.in_cats(KERNEL_CATS) & _inside(cols, window) & ~cols.where_name(is_communication_kernel_name)
+    )
     durations = cols.end[kernels] - cols.start[kernels]
-    with_tc = cols.where_name(uses_tensor_cores)[kernels]
+    with_tc = cols.where_name(is_matrix_core_kernel)[kernels]
     triton = cols.where_name(lambda name: name.startswith(TRITON_PREFIX))[kernels]
     operators = map(launcher.get, cols.correlation[kernels].tolist())
     eligible = np.fromiter(map(is_tensor_core_eligible, operators), bool, len(durations))

@@ -7,11 +7,18 @@ HTA's ``get_temporal_breakdown`` (hta/analyzers/breakdown_analysis.py, HTA 0.5) 
 - compute: the merged intervals of kernels other than communication and memory kernels;
 - non-compute: the rest of the busy time (communication, memcpy, memset not hidden under compute).
 
-HTA leaves out the last profiled step (its parser drops the last iteration, which may be cut short), so
-:func:`gpu_timeline` counts the GPU work launched inside every ProfilerStep but the last one, found through the
-correlation id of the launching runtime call. On shared/realtraces this gives HTA's figures to 0.01 point on
-``ddp_a100_rank1_of2`` and within 1 point on ``ddp_a100_rank0``, whose sub-microsecond timestamps HTA reads as
-whole microseconds (timeunit ns in that trace); we keep them exact.
+HTA leaves out the last profiled step (its parser keeps the GPU work of the runtime calls made before the last
+ProfilerStep starts), so :func:`gpu_timeline` counts the GPU work launched from the first step's start to the last
+step's start, found through the correlation id of the launching runtime call. GPU activities that no runtime call
+of the trace launched (no correlation id, or one no call has: 968 of 3,653 activities of an activation-checkpointing
+trace, once left out here; HTA's join on the id drops those whose id no CPU event has) ran all the same: they are
+counted where they ran, from the first step's start until the later of the last step's start and the end of the
+launched work. Those launched before the first step are left out, as the work
+of runtime calls made before it: their correlation id is below that of every call made in the steps (the ids
+count the runtime calls of the process). On shared/realtraces this gives HTA's figures to 0.01 point on
+``ddp_a100_rank1_of2`` (whose 614 activities without a call were launched before profiling began) and within 1
+point on ``ddp_a100_rank0``, whose sub-microsecond timestamps HTA reads as whole microseconds (timeunit ns in that
+trace); we keep them exact.
 
 Standard library and numpy. Times are in microseconds, as in the trace.
 """
@@ -22,15 +29,13 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from typing import Any
 
 import numpy as np
 
-from lightning_perf.traces.figures.host_calls import step_index
+from lightning_perf.traces.figures.breakdown import before_steps, launch_times
 from lightning_perf.traces.figures.intervals import NO_INTERVALS, Intervals, intersect, subtract, union_of
 from lightning_perf.traces.figures.intervals import window as intervals_window
-from lightning_perf.traces.read.columns import columns_of
+from lightning_perf.traces.read.columns import SpanColumns, columns_of
 from lightning_perf.traces.read.spans import (
     KERNEL_CATS,
     MEMCPY_CATS,
@@ -39,17 +44,16 @@ from lightning_perf.traces.read.spans import (
     Span,
     StepSpan,
 )
+from lightning_perf.traces.vendors import is_communication_kernel_name
 
 # HTA's get_kernel_type and torch-tb-profiler's event_parser.py: NCCL kernels are communication (RCCL, the
 # ROCm port, keeps the nccl names; gloo moves data with memcpy, not kernels of its own).
-COMMUNICATION_KERNEL_MARKERS = ("nccl", "rccl")
 GPU_CATS = KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS
 
 
 @functools.cache  # a few hundred distinct (interned) names against ~1e5 events
 def is_communication_kernel(name: str) -> bool:
-    lowered = name.lower()
-    return any(marker in lowered for marker in COMMUNICATION_KERNEL_MARKERS)
+    return is_communication_kernel_name(name)  # the vendor table (nccl, rccl, msccl) in traces/vendors.py
 
 
 def is_compute_kernel(span: Span) -> bool:
@@ -87,31 +91,39 @@ class GpuTimeline:
         return self.pct(self.non_compute_us)
 
 
-def step_of_launch(spans: Iterable[Span], steps: Sequence[StepSpan]) -> dict[Any, int]:
-    """correlation id -> index in ``steps`` of the host step whose span holds the runtime call that launched it."""
-    cols = columns_of(spans)
+def counted_work(cols: SpanColumns, gpu: np.ndarray, first: float, last: float) -> np.ndarray:
+    """Mask of the GPU activities of ``gpu`` in HTA's window of steps ``first`` (the first step's start) to
+    ``last`` (the last step's start): those launched by a runtime call made in it, and those no call launched
+    (no correlation id, or one no call has) that started in it or before the launched work ended, unless their
+    id is below that of every call made from ``first`` on (launched before the steps)."""
+    work = np.flatnonzero(gpu)
     calls = cols.in_cats(RUNTIME_CATS) & cols.has_correlation
-    index = step_index(cols.start[calls], steps)
-    inside = index >= 0
-    # in file order, a later call with the same correlation id wins (as a loop filling a dict)
-    return dict(zip(cols.correlation[calls][inside].tolist(), index[inside].tolist(), strict=True))
+    launched_at = launch_times(cols, calls, work)
+    linked = ~np.isnan(launched_at)
+    counted = np.zeros(len(cols), dtype=bool)
+    counted[work[linked]] = (launched_at[linked] >= first) & (launched_at[linked] < last)
+    orphans = work[~linked]
+    if not len(orphans):
+        return counted
+    end = max(last, float(cols.end[counted].max())) if counted.any() else last
+    start = cols.start[orphans]
+    keep = (start >= first) & (start < end)
+    counted[orphans[keep]] = True
+    counted[orphans] &= ~before_steps(cols, counted, first)[orphans]
+    return counted
 
 
 def gpu_timeline(spans: Sequence[Span], steps: Sequence[StepSpan]) -> GpuTimeline | None:
-    """HTA's idle / compute / non-compute over the GPU work of ``steps`` but the last (all GPU work when there
-    are fewer than two steps or none was launched inside them). None when the trace has no GPU activity."""
+    """HTA's idle / compute / non-compute over the GPU work of ``steps`` but the last (:func:`counted_work`; all
+    GPU work when there are fewer than two steps or none of it falls in them: a trace without ProfilerStep# or
+    without CPU events). None when the trace has no GPU activity."""
     cols = columns_of(spans)
     gpu = cols.in_cats(GPU_CATS)
     counted = len(steps)
     if len(steps) >= 2:
-        launched = step_of_launch(spans, steps)
-        last = len(steps) - 1
-        in_steps = np.zeros(len(cols), dtype=bool)
-        indices = np.flatnonzero(gpu)
-        step = map(launched.get, cols.correlation[indices].tolist(), repeat(last))
-        in_steps[indices] = np.fromiter(step, np.int64, len(indices)) < last
+        in_steps = counted_work(cols, gpu, min(s.start for s in steps), max(s.start for s in steps))
         if in_steps.any():
-            gpu, counted = in_steps, last
+            gpu, counted = in_steps, len(steps) - 1
     if not gpu.any():
         return None
     kernels = gpu & cols.in_cats(KERNEL_CATS)

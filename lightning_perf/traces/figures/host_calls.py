@@ -10,7 +10,6 @@ Standard library and numpy. Times are in microseconds, as in the trace.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -28,16 +27,10 @@ from lightning_perf.traces.read.spans import (
     Span,
     StepSpan,
 )
+from lightning_perf.traces.vendors import is_async_copy_call, is_sync_call
 
-# Calls that wait for the GPU by definition (CUDA runtime API; the HIP and driver API names of the same calls).
-SYNC_CALLS = frozenset(
-    f"{prefix}{what}"
-    for prefix in ("cuda", "hip")
-    for what in ("DeviceSynchronize", "StreamSynchronize", "EventSynchronize", "Memcpy", "Memcpy2D", "Memset")
-) | frozenset({"cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
-ASYNC_COPY_CALLS = frozenset(
-    {"cudaMemcpyAsync", "cudaMemcpy2DAsync", "hipMemcpyAsync", "hipMemcpyWithStream", "cuMemcpyAsync"}
-)
+# Which runtime calls launch, wait or copy (CUDA and HIP) is traces/vendors.py's tables.
+
 # An asynchronous copy call that lasts this long waited for the GPU: issuing one costs a few microseconds
 # (NVIDIA's CUDA C++ Best Practices Guide, "Asynchronous and overlapping transfers"; torch-tb-profiler's
 # traces show 5-20 us for a cudaMemcpyAsync that returns at once). Our choice: 50 us, well above that.
@@ -46,8 +39,6 @@ BLOCKING_COPY_MIN_US = 50.0
 # synchronization behavior"): the memcpy's name says which memory it used.
 PAGEABLE_MARKER = "Pageable"
 DEVICE_TO_DEVICE = "DtoD"
-# Runtime calls that launch GPU work: their host time is the launch overhead.
-LAUNCH_CALL_MARKERS = ("LaunchKernel", "GraphLaunch", "LaunchCooperativeKernel", "ModuleLaunchKernel")
 
 
 class Issuer(NamedTuple):
@@ -64,11 +55,6 @@ class Issuer(NamedTuple):
 
 # Span.start and Span.end by index: C-level sort keys (no Python call, no key tuple per span)
 _START, _END = operator.itemgetter(2), operator.itemgetter(3)
-
-
-@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
-def is_launch(name: str) -> bool:
-    return any(marker in name for marker in LAUNCH_CALL_MARKERS)
 
 
 def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
@@ -146,9 +132,9 @@ def copy_names_by_correlation(spans: Iterable[Span]) -> dict[Any, str]:
 def is_blocking(call: Span, copy_name: str | None) -> bool:
     """A sync call; a synchronous copy; an asynchronous copy from or to pageable memory, or between host and
     device (or of unknown kind) that waited long."""
-    if call.name in SYNC_CALLS:
+    if is_sync_call(call.name):
         return True
-    if call.name not in ASYNC_COPY_CALLS:
+    if not is_async_copy_call(call.name):
         return False
     if copy_name is not None and PAGEABLE_MARKER in copy_name:
         return True
@@ -161,8 +147,8 @@ def blocking_mask(cols: SpanColumns) -> np.ndarray:
     """Mask of the runtime calls that block (:func:`is_blocking`): decided by name, and for the asynchronous
     copies (a few) one by one with the copy they started."""
     runtime = cols.in_cats(RUNTIME_CATS)
-    blocking = runtime & cols.where_name(SYNC_CALLS.__contains__)
-    copies = np.flatnonzero(runtime & cols.where_name(ASYNC_COPY_CALLS.__contains__))
+    blocking = runtime & cols.where_name(is_sync_call)
+    copies = np.flatnonzero(runtime & cols.where_name(is_async_copy_call))
     if len(copies):
         names = copy_names_by_correlation(cols.spans)
         spans = cols.spans

@@ -15,7 +15,7 @@ import functools
 import itertools
 import operator
 import weakref
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -185,7 +185,12 @@ class Codebook:
 
     def codes(self, values: list[Any]) -> np.ndarray:
         index = self.index
-        new = [value for value in dict.fromkeys(values) if value not in index]
+        try:
+            distinct = dict.fromkeys(values)
+        except TypeError:  # a malformed trace's list or object where a pid or tid belongs: coded by its text
+            values = [value if isinstance(value, Hashable) else repr(value) for value in values]
+            distinct = dict.fromkeys(values)
+        new = [value for value in distinct if value not in index]
         index.update(zip(new, range(len(index), len(index) + len(new)), strict=True))
         return np.fromiter(map(index.__getitem__, values), np.int32, len(values))
 

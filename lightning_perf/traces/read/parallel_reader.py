@@ -8,7 +8,9 @@ process, without a pool.
 
 Standard library only: :mod:`concurrent.futures` is the pool (each worker keeps the memory it frees for its
 next trace: :mod:`~lightning_perf.traces.read.allocator`); this module adds the error capture that lets one
-unreadable file be reported while the others are read, and the argument check.
+unreadable file be reported while the others are read, and the argument check. A worker that dies (killed for
+memory, a crash in native code) costs the file it was reading, not the others: the first file not done when
+the pool broke is read again alone in a fresh process (an error if that one dies too), the rest in a fresh pool.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from lightning_perf.traces.read.allocator import keep_freed_memory
@@ -74,8 +77,36 @@ def map_traces(
         for path in paths:
             yield (path, *_call(fn, path, errors))
         return
-    # the workers are ours: they keep freed memory for the next trace (see allocator.py)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=keep_freed_memory) as pool:
-        results = pool.map(_call, [fn] * len(paths), paths, [errors] * len(paths), chunksize=1)
-        for path, (ok, value) in zip(paths, results, strict=True):
-            yield path, ok, value
+    pending = list(paths)
+    while pending:
+        broken = None
+        # the workers are ours: they keep freed memory for the next trace (see allocator.py)
+        with _pool(min(jobs, len(pending))) as pool:
+            futures: list[Future[tuple[bool, Any]] | None] = [
+                pool.submit(_call, fn, path, errors) for path in pending
+            ]
+            for index, path in enumerate(pending):
+                try:
+                    ok, value = futures[index].result()  # type: ignore[union-attr]
+                except BrokenProcessPool:
+                    broken = index
+                    break
+                futures[index] = None  # the caller holds the result now
+                yield path, ok, value
+        if broken is None:
+            return
+        yield (pending[broken], *_alone(fn, pending[broken], errors))
+        pending = pending[broken + 1 :]
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=keep_freed_memory)
+
+
+def _alone(fn: Callable[[str], T], path: str, errors: tuple[type[BaseException], ...]) -> tuple[bool, Any]:
+    """``fn(path)`` in a fresh process of its own; (False, why) when that process dies too."""
+    with _pool(1) as pool:
+        try:
+            return pool.submit(_call, fn, path, errors).result()
+        except BrokenProcessPool:
+            return False, f"{path}: the process reading it ended abruptly (killed for memory, or a crash)"

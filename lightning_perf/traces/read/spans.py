@@ -19,13 +19,14 @@ from typing import Any, NamedTuple
 
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.traces.read.reader import DISTRIBUTED_INFO_KEY
+from lightning_perf.traces.vendors import DEVICE_KERNEL_CATS
+from lightning_perf.traces.vendors import RUNTIME_CATS as RUNTIME_CATS  # re-exported: read from here too
 
-# Category names, lower-cased (torch-tb-profiler lower-cases `cat` before looking it up).
-KERNEL_CATS = frozenset({"kernel"})
+# Category names, lower-cased (torch-tb-profiler lower-cases `cat` before looking it up). The kernel and
+# runtime categories of every vendor (CUDA, ROCm, MTIA, XPU) are in traces/vendors.py.
+KERNEL_CATS = DEVICE_KERNEL_CATS
 MEMCPY_CATS = frozenset({"memcpy", "gpu_memcpy"})
 MEMSET_CATS = frozenset({"memset", "gpu_memset"})
-# "runtime" is the only name torch-tb-profiler 0.4.3 knows; torch 2.x writes cuda_runtime / cuda_driver.
-RUNTIME_CATS = frozenset({"runtime", "cuda_runtime", "cuda_driver", "hip_runtime"})
 OPERATOR_CATS = frozenset({"cpu_op", "operator", "python"})
 PYTHON_FUNCTION_CAT = "python_function"
 # torch-tb-profiler's event_parser.py: these names are collectives whatever their category.

@@ -11,9 +11,11 @@ Runtime, Other; see :func:`lightning_perf.traces.figures.analysis.step_breakdown
 operators by self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings
 of ``perf_summary.json`` when there is one. ``--format json`` is machine-readable with stable keys.
 
-Unreadable files (a cut trace, a corrupt summary) are listed with their error under ``unreadable`` and the
-readable ones reported. Exit codes: 0 ok; 1 some files unreadable; 2 for a missing RUN_DIR, a RUN_DIR with
-neither traces nor summary, or nothing readable in it.
+Unreadable files (a cut trace, a corrupt summary, a trace whose analysis fails with any error) are listed with
+their error (and their rank, from the file's head or name, when it tells) under ``unreadable`` and the readable
+ones reported, whatever ``--jobs``. A trace without a backward pass or optimizer step (:func:`is_training`) is
+worded as the run (forward-only: serving, evaluation), not training. Exit codes: 0 ok; 1 some files unreadable;
+2 for a missing RUN_DIR, a RUN_DIR with neither traces nor summary, or nothing readable in it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import dataclasses
 import functools
 import math
 import os
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from lightning_perf.analysis.rules.trace import diagnose_trace
@@ -55,6 +59,15 @@ DEFAULT_TOP = 10
 REPORT_SCHEMA = "lightning-perf/report"
 REPORT_SCHEMA_VERSION = 2
 _US_PER_MS = 1000.0
+# Operator and kernel names only a training step has, lower case: torch's autograd engine and backward
+# operators (``autograd::engine::evaluate_function: MmBackward0``, ``aten::convolution_backward``, the
+# profiler's ``## backward ##``), its optimizer annotations (``Optimizer.step#SGD.step``,
+# ``Optimizer.zero_grad#SGD.zero_grad``) and Lightning's hooks (``[LightningModule]M.optimizer_step``).
+TRAINING_MARKS = ("backward", "autograd::engine", "optimizer.step", "optimizer.zero_grad", "optimizer_step")
+# A rank in an unreadable file: torch's distributedInfo near its start, else the file name (``rank-5``,
+# ``host_rank5.<ns>``, ``rank5``).
+_INFO_RANK = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+_NAME_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 class ReportError(LightningPerfError):
@@ -67,6 +80,12 @@ def is_trace_file(path: str) -> bool:
     Unreadable files and other JSON are not traces (no error)."""
     if path.endswith(TORCH_SUFFIXES):
         return True
+    head = _head(path)
+    return head.lstrip().startswith("{") and '"traceEvents"' in head
+
+
+def _head(path: str) -> str:
+    """The file's text up to its traceEvents key (at most SNIFF_CHARS), plain or gzip; what it could read."""
     head = ""
     try:
         with open(path, "rb") as fh:
@@ -83,7 +102,14 @@ def is_trace_file(path: str) -> bool:
                 head += chunk
     except (OSError, *GZIP_ERRORS):
         pass  # a truncated file still shows its start
-    return head.lstrip().startswith("{") and '"traceEvents"' in head
+    return head
+
+
+def unreadable_rank(path: str) -> int | None:
+    """The rank of a trace that could not be read: its ``distributedInfo`` when near its start, else a rank in
+    its name; None when neither tells."""
+    found = _INFO_RANK.search(_head(path)) or _NAME_RANK.search(os.path.basename(path))
+    return int(found.group(1)) if found else None
 
 
 def find_traces(run_dir: str) -> list[str]:
@@ -119,13 +145,15 @@ def build_report(path: str, top: int = DEFAULT_TOP, jobs: int | None = None) -> 
     if not os.path.exists(summary_path) and not traces:
         raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
     sections = []
-    analyse = functools.partial(analyse_trace, top=top, with_input_rule=summary is None)
+    analyse = functools.partial(analyse_or_fail, top=top, with_input_rule=summary is None)
     # one bad trace does not hide the good ones
     for trace, ok, result in map_traces(analyse, traces, jobs, errors=(TraceError, OSError)):
         if ok:
             sections.append(result)
         else:
-            unreadable.append({"file": os.path.basename(trace), "error": result})
+            unreadable.append(
+                {"file": os.path.basename(trace), "rank": unreadable_rank(trace), "error": result}
+            )
     sections.sort(key=_by_rank)  # stable: a rank's cycles stay in name (time) order
     if summary is None and not sections:
         raise ReportError(f"{path}: nothing readable: " + "; ".join(u["error"] for u in unreadable))
@@ -171,6 +199,23 @@ def _rounded(value: Any) -> Any:
     return value
 
 
+def is_training(names: Iterable[str]) -> bool:
+    """Whether operator or kernel ``names`` (one each, not one an event) show a training step: a backward
+    pass or an optimizer step (TRAINING_MARKS)."""
+    return any(mark in str(name).lower() for name in names for mark in TRAINING_MARKS)
+
+
+def analyse_or_fail(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True) -> dict[str, Any]:
+    """:func:`analyse_trace`, any error of the analysis made a :class:`TraceError` naming the file and the error,
+    so that it costs this trace, not the report (in a worker or in this process)."""
+    try:
+        return analyse_trace(path, top=top, with_input_rule=with_input_rule)
+    except (TraceError, OSError):
+        raise
+    except Exception as err:  # a trace the analysis fails on: an unreadable trace, not a failed report
+        raise TraceError(f"{path}: cannot be analysed: {type(err).__name__}: {err}") from err
+
+
 @gc_paused()
 def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True) -> dict[str, Any]:
     """One trace file's section of the report. :class:`TraceError` naming the file on bad input.
@@ -178,7 +223,10 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = Tru
     parsed = load_trace(path)
     breakdown = step_breakdown(parsed.spans)
     figures = trace_figures(parsed, breakdown)
-    findings = [f for f in diagnose_trace(figures) if with_input_rule or f.id != "input_bound"]
+    operators, kernels = cpu_operator_stats(parsed.spans), kernel_stats(parsed.spans)
+    training = is_training(s.name for s in (*operators, *kernels))
+    found = diagnose_trace(figures, training=training)
+    findings = [f for f in found if with_input_rule or f.id != "input_bound"]
     steps = breakdown.steps
     average = breakdown.average()
     info = parsed.metadata.get("distributedInfo")
@@ -212,9 +260,9 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = Tru
         # the default window (host ProfilerStep spans), as the callback computes it for TensorBoard and the
         # summary, so the two figures agree; the plugin's own window also covers the last step's GPU tail
         "kernel_busy_pct": _round(kernel_busy_pct(parsed.spans)),
-        "top_cpu_operators": [_operator(s) for s in cpu_operator_stats(parsed.spans)[:top]],
-        "top_kernels": [_operator(s) for s in kernel_stats(parsed.spans)[:top]],
-        "figures": figures_section(figures),
+        "top_cpu_operators": [_operator(s) for s in operators[:top]],
+        "top_kernels": [_operator(s) for s in kernels[:top]],
+        "figures": {**figures_section(figures), "training": training},
         "findings": [_finding(f) for f in findings],
     }
 

@@ -20,7 +20,12 @@ def render_json(report: dict[str, Any], detail: set[int] | None = None) -> str:
 
 
 def _unreadable_lines(report: dict[str, Any]) -> list[str]:
-    return [f"Unreadable: {bad['file']}: {bad['error']}" for bad in report.get("unreadable", [])]
+    return [
+        "Unreadable: "
+        + ("" if bad.get("rank") is None else f"rank {bad['rank']}: ")
+        + f"{bad['file']}: {bad['error']}"
+        for bad in report.get("unreadable", [])
+    ]
 
 
 def _short(name: str) -> str:
@@ -57,9 +62,16 @@ def _operator_rows(operators: list[dict[str, Any]]) -> tuple[list[str], list[lis
     ]
 
 
+def _steps_unknown(trace: dict[str, Any]) -> bool:
+    """No ProfilerStep in the trace (a GPU-only or unscheduled one): its one step is the whole trace."""
+    return bool(trace["steps"]) and all(step["step"] is None for step in trace["steps"])
+
+
 def _busy_line(trace: dict[str, Any]) -> str:
     if trace["kernel_busy_pct"] is None:
         return "GPU kernel-busy: no GPU kernels recorded"
+    if _steps_unknown(trace):
+        return f"GPU kernel-busy: a kernel ran during {trace['kernel_busy_pct']:.1f}% of the trace (no ProfilerStep spans)"
     return (
         f"GPU kernel-busy: a kernel ran during {trace['kernel_busy_pct']:.1f}% of the profiled steps "
         "(first ProfilerStep start to last ProfilerStep end)"
@@ -68,7 +80,8 @@ def _busy_line(trace: dict[str, Any]) -> str:
 
 def _trace_title(trace: dict[str, Any]) -> str:
     rank = "" if trace["rank"] is None else f", rank {trace['rank']}"
-    return f"Trace {trace['file']} ({len(trace['steps'])} steps{rank}, {trace['events']} events)"
+    steps = "steps unknown" if _steps_unknown(trace) else f"{len(trace['steps'])} steps"
+    return f"Trace {trace['file']} ({steps}{rank}, {trace['events']} events)"
 
 
 def _trace_notes(trace: dict[str, Any]) -> list[str]:
@@ -81,6 +94,11 @@ def _trace_notes(trace: dict[str, Any]) -> list[str]:
         )
     if not trace["steps"]:
         notes.append("no profiled steps in this trace")
+    if trace["figures"].get("training") is False:
+        notes.append(
+            "no backward pass or optimizer step in this trace: a forward-only run (serving, evaluation), "
+            "not training"
+        )
     if trace.get("skipped_events"):
         notes.append(
             f"{trace['skipped_events']} event(s) with a missing, negative or non-finite time left out "
@@ -123,13 +141,37 @@ def _by_rank(report: dict[str, Any], detail: set[int] | None) -> list[dict[str, 
 
 def _standout_line(report: dict[str, Any], detail: set[int]) -> str:
     standout = report["ranks"].get("standout", {})
-    roles = ", ".join(f"rank {rank} ({role})" for role, rank in standout.items())
+    roles = ", ".join(f"rank {rank} ({_role(role)})" for role, rank in standout.items())
     extra = sorted(detail - set(standout.values()))
     chosen = f"; chosen: {', '.join(f'rank {r}' for r in extra)}" if extra else ""
     return (
-        f"Details of the ranks that stand out: {roles}{chosen}. Others: `--rank N` (repeatable) or "
-        "`--all-ranks`; `--format json` has every rank."
+        f"Details of the ranks that stand out: {roles}{chosen}.{_standout_by(report['ranks'])} Others: "
+        "`--rank N` (repeatable) or `--all-ranks`; `--format json` has every rank."
     )
+
+
+def _role(role: str) -> str:
+    return role.replace("_", " ")
+
+
+# what each column of the cross-rank table that backs a label says
+_COLUMN_WORDS = {
+    "non-comm ms": "by non-comm ms (step ms less exposed comm ms)",
+    "exposed comm ms": "by the least exposed comm ms (the others wait for it in collectives)",
+    "wait ms": "by wait ms (exposed comm ms above the waited-for rank's)",
+}
+
+
+def _standout_by(ranks: dict[str, Any]) -> str:
+    """The column of the cross-rank table each label is read from: " Slowest, median by non-comm ms (...)."."""
+    by: dict[str, list[str]] = {}
+    for role, column in ranks.get("standout_by", {}).items():
+        by.setdefault(column, []).append(_role(role))
+    parts = [
+        f"{', '.join(roles)} {_COLUMN_WORDS.get(column, 'by ' + column)}" for column, roles in by.items()
+    ]
+    text = "; ".join(parts)
+    return f" {text[:1].upper()}{text[1:]}." if parts else ""
 
 
 def _cross_rank_text(report: dict[str, Any]) -> list[str]:
