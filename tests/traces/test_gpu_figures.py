@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 
@@ -122,6 +123,18 @@ def test_memory_growth_from_allocator_totals(tmp_path):
     fig = trace_figures(parsed)
     assert fig.memory_growth_mb_per_step == pytest.approx(10) and fig.memory_growth_steps == 3
     assert fig.memory_peak_gb == pytest.approx(0.13) and fig.memory_absolute  # GB are 1e9 bytes
+
+
+def test_one_recorded_step_with_memory_events_gets_its_peak_and_says_why_no_growth(tmp_path):
+    from lightning_perf.traces.report.figures import figure_lines
+
+    events = [x("ProfilerStep#1", "user_annotation", 0, 1000), x("k", "kernel", 10, 5, pid=0, tid=7)]
+    events.append({"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 900,
+                   "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 2e9, "Bytes": 1}})  # fmt: skip
+    fig = trace_figures(write(tmp_path, events))
+    assert fig.memory_peak_gb == pytest.approx(2.0) and fig.memory_growth_mb_per_step is None
+    text = "\n".join(figure_lines({"figures": dataclasses.asdict(fig)}))
+    assert "GPU memory: peak 2.0 GB, growth not measured: it needs two recorded steps or more" in text
 
 
 def test_cpu_only_trace_has_host_figures_only(tmp_path):

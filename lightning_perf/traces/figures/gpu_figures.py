@@ -277,9 +277,9 @@ def _tensor_cores(
 
 def _memory(figures: TraceFigures, parsed: ParsedTrace, steps: Sequence[StepSpan]) -> None:
     """Allocated bytes at the end of each step (device 0 or the first device sampled): growth per step by
-    least squares, and the peak."""
+    least squares (two steps or more), and the peak (any number)."""
     samples = parsed.memory
-    if not samples or len(steps) < 2:
+    if not samples:
         return
     device = samples[0].device
     series = [m for m in samples if m.device == device]

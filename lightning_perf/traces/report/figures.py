@@ -54,10 +54,12 @@ def figure_lines(trace: dict[str, Any]) -> list[str]:
     )
     if fig["memory_peak_gb"] is not None:
         kind = "peak" if fig["memory_absolute"] else "peak above the first sample"
-        lines.append(
-            f"GPU memory: {kind} {_f(fig['memory_peak_gb'])} GB, growth {_f(fig['memory_growth_mb_per_step'])} MB "
-            "a step"
+        growth = (
+            f"growth {_f(fig['memory_growth_mb_per_step'])} MB a step"
+            if fig["memory_growth_mb_per_step"] is not None
+            else "growth not measured: it needs two recorded steps or more"
         )
+        lines.append(f"GPU memory: {kind} {_f(fig['memory_peak_gb'])} GB, {growth}")
     return lines
 
 
