@@ -1,6 +1,6 @@
 """`lightning-perf report --jobs N` on a folder of many ranks' traces, against HolisticTraceAnalysis.
 
-Builds, in a temporary directory, a folder of ``--ranks`` traces from one shared/realtraces trace (default
+Builds, in a temporary directory, a folder of ``--ranks`` traces from one tests/data/realtraces trace (default
 ``ddp_a100_rank1_of2``, 33 MB of JSON): each file gets its rank and world size in ``distributedInfo`` and in its
 name (``rank-N.json.gz``, gzip level 1), and one rank (``--slow-rank``) has every kernel's duration stretched by
 ``--stretch``. Then, each in a process of its own, timed by wall clock:
@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from lightning_perf.traces.read.parallel_reader import default_jobs  # noqa: E402
 from lightning_perf.traces.report.build import find_traces  # noqa: E402
 
-REALTRACES = REPO.parent / "shared" / "realtraces"
+REALTRACES = REPO / "tests" / "data" / "realtraces"
 CLI = "import sys; from lightning_perf.cli import main; sys.exit(main(sys.argv[1:]))"
 HTA_SCRIPT = """
 import sys, logging

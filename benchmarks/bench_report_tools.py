@@ -1,6 +1,6 @@
 """`lightning-perf report` against torch-tb-profiler and HolisticTraceAnalysis on the real GPU traces.
 
-On every folder of shared/realtraces (see its README), in one run, the median of ``--repeat`` timings of:
+On every folder of tests/data/realtraces (see its README), in one run, the median of ``--repeat`` timings of:
 
 - lightning-perf ``report``: ``build_report`` on the folder (streaming read, Overview breakdown, GPU timeline,
   blocking calls, copies, tensor cores, memory, findings, operator tables): everything ``lightning-perf report``
@@ -51,7 +51,7 @@ from lightning_perf.traces.read.gunzip import open_gzip  # noqa: E402
 from lightning_perf.traces.read.loader import load_trace  # noqa: E402
 from lightning_perf.traces.report.build import build_report, find_traces  # noqa: E402
 
-REALTRACES = REPO.parent / "shared" / "realtraces"
+REALTRACES = REPO / "tests" / "data" / "realtraces"
 # Run by the HTA interpreter: time the parse and the temporal breakdown of one folder, print JSON.
 HTA_SCRIPT = """
 import json, sys, time, logging

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real GPU traces recorded by other people (shared/realtraces beside the repository)."""
+"""Shared fixtures: the real GPU traces recorded by other people (tests/data/realtraces, vendored with their
+sources and licences in its README)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-REALTRACES = REPO.parent / "shared" / "realtraces"
+REALTRACES = REPO / "tests" / "data" / "realtraces"
 
 
 @pytest.fixture(scope="session")
 def realtraces() -> Path:
-    """The folder of real traces; tests that need it are skipped where the checkout has no shared/ beside it."""
-    if not REALTRACES.is_dir():
-        pytest.skip(f"no real traces at {REALTRACES}")
+    """The folder of real traces, part of the repository: a checkout without it is broken, not skipped."""
+    assert REALTRACES.is_dir(), f"no real traces at {REALTRACES}: the checkout is incomplete"
     return REALTRACES

@@ -1,6 +1,6 @@
 """End of fit with recorded CUDA activity: the trace figures, findings and chart of the run's own cycles.
 
-This machine has no GPU, so the cycle is a real GPU trace recorded by others (shared/realtraces), handed to
+This machine has no GPU, so the cycle is a real GPU trace recorded by others (tests/data/realtraces), handed to
 the callback where its profiler would have handed over its own CUDA cycle; everything after that is the real
 end-of-fit path of a real ``Trainer.fit``.
 """

@@ -5,7 +5,7 @@ The dumps in tests/traces/fixtures/ were written by this script with the code of
 reader before typed decoding); the test recomputes them with today's code and compares exactly: floats are
 written by ``repr`` (every bit), the parsed spans by a digest of their ``repr`` in order.
 
-Usage (writes one ``<folder>.json`` per folder of shared/realtraces):
+Usage (writes one ``<folder>.json`` per folder of tests/data/realtraces):
     PYTHONPATH=$PWD python tests/traces/figure_dump.py [OUTDIR]
 """
 
@@ -29,7 +29,7 @@ from lightning_perf.traces.read.loader import load_trace
 from lightning_perf.traces.report.build import build_report, find_traces
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-REALTRACES = Path(__file__).resolve().parents[2].parent / "shared" / "realtraces"
+REALTRACES = Path(__file__).resolve().parents[1] / "data" / "realtraces"
 
 
 def _digest(items: list[Any]) -> str:

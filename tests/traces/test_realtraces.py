@@ -1,4 +1,4 @@
-"""The GPU side of the diagnosis on real GPU traces recorded by other people (shared/realtraces; its README
+"""The GPU side of the diagnosis on real GPU traces recorded by other people (tests/data/realtraces; its README
 lists what torch-tb-profiler 0.4.3 and HolisticTraceAnalysis 0.5.0 say about each)."""
 
 from __future__ import annotations

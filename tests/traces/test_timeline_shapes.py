@@ -150,7 +150,7 @@ def test_overlapping_steps_keep_their_dataloader_time():
 
 
 def test_torch_tb_profiler_alignment_counts_the_overlapped_dataloader_call_as_kernel():
-    """The default (the plugin's, equal to its Overview on shared/realtraces): the steps partition the time, so
+    """The default (the plugin's, equal to its Overview on tests/data/realtraces): the steps partition the time, so
     step 2 starts when step 1's kernel ends and its DataLoader call, under that kernel, is Kernel of step 1."""
     breakdown = step_breakdown(overlapping_steps())
     assert not breakdown.overlapping
