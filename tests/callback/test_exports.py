@@ -97,8 +97,10 @@ def test_compare_real_runs_before_and_after_workers(tmp_path, capsys):
     for workers in (0, 2):
         logger = TensorBoardLogger(str(tmp_path), name="exp", version=f"workers{workers}")
         callback = PerfCallback(enable_profiler=False, utilization=False, diagnose=False)
+        # a 20 ms step: two workers hide the 40 ms load behind it, so the wait share falls far (with a ~1 ms step
+        # it stayed ~93% either way and the comparison of shares flaked under load)
         trainer(tmp_path, [callback], logger=logger, limit_train_batches=30).fit(
-            TinyModel(), loader(n=120, delay_s=0.01, num_workers=workers)
+            TinyModel(step_delay_s=0.02), loader(n=120, delay_s=0.01, num_workers=workers)
         )
     before, after = str(tmp_path / "exp" / "workers0"), str(tmp_path / "exp" / "workers2")
     assert cli_main(["compare", before, after, "--format", "json", "--no-tensorboard"]) == 0

@@ -127,8 +127,10 @@ def test_multi_worker_loader_across_epochs(tmp_path):
     timing = summary.timing
     assert timing.epochs == 2 and timing.epoch_start_ms.count == 2
     assert timing.steps == 2 * 11
-    # two workers share 16 ms of loading per batch; worker start-up stays out of the per-batch wait
-    assert timing.data_wait_ms.median < timing.epoch_start_ms.min
+    # two workers share 16 ms of loading per batch: the steady wait is under one batch's load, worker start-up
+    # (each epoch's first fetch) stays out of it. (Comparing it with the epochs' start-up flaked: Lightning may
+    # create the second epoch's iterator early, so its first fetch found a batch ready.)
+    assert timing.data_wait_ms.median < 16.0
 
 
 def test_validation_and_checkpoints_are_left_out_of_steps(tmp_path):

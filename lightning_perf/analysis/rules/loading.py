@@ -126,8 +126,9 @@ def waiting_workers_cap(summary: RunSummary, loading: Loading, cores: int) -> tu
     fit = math.floor(free / max(loading.cpu_share, 1e-3))
     if fit >= WAITING_WORKERS_MAX:
         return WAITING_WORKERS_MAX, f"capped at {WAITING_WORKERS_MAX}, the most this advice goes to"
-    return max(1, fit), (
-        f"capped at {max(1, fit)}: at {_fmt(100.0 * loading.cpu_share)}% of a core each, that many fill the "
+    fit = 1 << (max(1, fit).bit_length() - 1)  # down to a power of two, like the target: no flip between runs
+    return fit, (
+        f"capped at {fit}: at {_fmt(100.0 * loading.cpu_share)}% of a core each, that many fit in the "
         f"{_fmt(free)} free cores"
     )
 
@@ -165,7 +166,10 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     if waits:
         assert loading is not None
         cap, cap_why = waiting_workers_cap(summary, loading, cores or 1)
-        why = f"{loading.describe()}, so workers past the core count overlap it; {why}"
+        # up to the probe's ladder (1, 2, 4, 8, ...): a sleeping worker more costs little, and the same run twice
+        # must not be told 15 and then 16 because its compute time moved with the machine's load
+        target = 1 << (target - 1).bit_length()
+        why = f"{loading.describe()}, so workers past the core count overlap it; {why}, rounded up to a power of two"
         enough = f"{_workers(current)} are the most worth having here ({cap_why}; {loading.describe()})"
     else:
         cap = lightning_worker_bound(cores, local_ranks) if cores else target
