@@ -69,7 +69,7 @@ class PerfCallback(*namespaces.callback_bases()):
         with_stack: record Python stacks (much bigger traces); enables the flame-graph export.
         with_flops: estimate FLOPs of matrix multiplications and convolutions.
         dirpath: directory for traces and the summary; default: the TensorBoard logger's log dir, else the first
-            logger's run dir, else a new ``default_root_dir/lightning_perf/version_N``.
+            logger's run dir, else a new ``default_root_dir/lightning_perf_logs/version_N``.
         max_trace_mb: cap on the trace bytes written per run and rank; later cycles are skipped past it.
         export_stacks: write collapsed stacks for flame graphs beside each trace (needs ``with_stack``).
         export_speedscope: write a Speedscope JSON file beside each trace.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -34,18 +35,33 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path) -> set[str]:
-    """Every lightning_perf module this file imports, at module level or inside functions."""
+    """Every lightning_perf module this file imports, at module level, inside functions or under
+    ``if TYPE_CHECKING:``. ``from lightning_perf.collect import compile_events`` is an import of the module
+    ``lightning_perf.collect.compile_events`` (and of the package ``lightning_perf.collect``, whose
+    ``__init__`` runs first); the names of the top-level package itself (``from lightning_perf import
+    console`` -> ``lightning_perf.console``) likewise.
+
+    TYPE_CHECKING-guarded imports count: they never run, so they cannot fail an import, but they are a
+    dependency all the same (the module names the other's types, a type checker follows the edge, and the
+    first ``isinstance`` on that type turns it into a run-time import). A cycle through one is a cycle of the
+    design: break it with a protocol in the lower module, as ``collect.compile_events.WatchedFit`` does."""
+    known = modules()
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lightning_perf"):
-            if node.module == "lightning_perf":
-                continue
-            found.add(node.module)
+            if node.level:
+                raise AssertionError(f"{path}: relative import of {node.module}; import by the full name")
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in known:
+                    found.add(f"{node.module}.{alias.name}")
+            if node.module != "lightning_perf":
+                found.add(node.module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("lightning_perf."))
     return found
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
@@ -70,22 +86,109 @@ def test_imports_run_one_way_down_the_stages():
     assert not wrong, "imports going up the stages: " + ", ".join(wrong)
 
 
-def test_no_import_cycle():
-    graph = {name: {t for t in imports_of(path) if t in modules()} for name, path in modules().items()}
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (the top-level ``lightning_perf`` left out: its public
+    names load lazily, on first use)."""
+    known = modules()
+    graph = {name: {t for t in imports_of(path) if t in known} for name, path in known.items()}
     graph.pop("lightning_perf")
-    done: set[str] = set()
+    for targets in graph.values():
+        targets.discard("lightning_perf")
+    return graph
 
-    def visit(node: str, path: list[str]) -> None:
-        if node in path:
-            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(node) :], node]))
-        if node in done:
-            return
-        for target in graph.get(node, ()):
-            visit(target, [*path, node])
-        done.add(node)
 
-    for node in graph:
-        visit(node, [])
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each group of modules that import each other (Tarjan's strongly connected
+    components, iterative), as a path that starts and ends at the same module; sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph.get(target, ())))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                if len(group) > 1 or node in graph.get(node, ()):
+                    groups.append(group)
+    return sorted(path_through(graph, group) for group in groups)
+
+
+def path_through(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest cycle from the group's first module back to itself, inside the group (breadth first)."""
+    start = min(group)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph.get(node, set()) & group):
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if node != start else [start, start]
+                if target not in came_from:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {sorted(group)}")  # not reached: a group is strongly connected
+
+
+def test_no_import_cycle():
+    """No module imports itself through others: across stages, and inside one stage or folder too."""
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in found)
+
+
+def test_the_cycle_check_sees_every_import_form(tmp_path):
+    """The forms a cycle can hide in are read as imports: ``from package import module``, an import inside a
+    function, one under ``TYPE_CHECKING`` (as ``collect.run_state`` <-> ``collect.compile_events`` once was)."""
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from lightning_perf.collect import compile_events\n"
+        "from lightning_perf import console\n"
+        "if TYPE_CHECKING:\n"
+        "    from lightning_perf.collect.run_state import PerfSession\n"
+        "def later():\n"
+        "    import lightning_perf.output.loggers\n"
+    )
+    assert imports_of(source) == {
+        "lightning_perf.collect",
+        "lightning_perf.collect.compile_events",
+        "lightning_perf.console",
+        "lightning_perf.collect.run_state",
+        "lightning_perf.output.loggers",
+    }
+    graph = {"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": set(), "e": {"e"}, "f": {"g"}, "g": {"f"}}
+    assert cycles(graph) == [["a", "b", "c", "a"], ["e", "e"], ["f", "g", "f"]]
 
 
 def test_every_module_imports_in_a_fresh_interpreter_and_the_top_level_loads_no_torch():

@@ -13,6 +13,7 @@ from lightning_perf.traces.read.reader import TraceError
 from lightning_perf.traces.report.build import DEFAULT_TOP, ReportError, build_report
 from lightning_perf.traces.report.ranks import detailed_ranks
 from lightning_perf.traces.report.render import render_json, render_markdown, render_text
+from lightning_perf.traces.report.runs import run_reports
 
 HELP = (
     "Report profiler traces (a run dir, any folder or one trace file): step breakdown, GPU timeline, blocking "
@@ -53,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_int("--jobs"),
         default=None,
         metavar="N",
-        help="traces read at once, one process each (default: the usable CPU cores; 1: no extra process)",
+        help="traces read at once, one process each (default and at most: the usable CPU cores, and no more "
+        "than there are traces; 1: no extra process)",
     )
 
 
@@ -96,10 +98,13 @@ def _missing_ranks(report: dict, chosen: list[int] | None) -> ReportError | None
 
 def run(args: argparse.Namespace) -> int:
     keep_freed_memory()  # this process is ours: with --jobs 1 it reads the traces one after another itself
+    notices: list[str] = []
     try:
-        report = build_report(args.run_dir, top=args.top, jobs=args.jobs)
+        report = build_report(args.run_dir, top=args.top, jobs=args.jobs, notices=notices)
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
         return error(PROG, err)
+    for notice in notices:  # how it ran, not what the traces say: the report is the same whatever --jobs
+        print(f"{PROG}: note: --jobs {args.jobs}: {notice}", file=sys.stderr)
     bad_rank = _missing_ranks(report, args.ranks)
     if bad_rank is not None:
         return error(PROG, bad_rank)
@@ -118,8 +123,14 @@ def run(args: argparse.Namespace) -> int:
             return error(
                 PROG, ReportError(f"--png {args.png}: cannot write the chart: {err.strerror or err}")
             )
-    renderers = {"text": render_text, "markdown": render_markdown, "json": render_json}
-    sys.stdout.write(renderers[args.format](report, detail))
+    if args.format == "json":
+        sys.stdout.write(render_json(report, detail))
+    else:  # a folder mixing runs: one report a run, each with its own cross-rank view
+        render = render_text if args.format == "text" else render_markdown
+        parts = run_reports(report)
+        for index, part in enumerate(parts):
+            part_detail = detail if len(parts) == 1 else detailed_ranks(part, args.ranks, args.all_ranks)
+            sys.stdout.write(("\n" if index else "") + render(part, part_detail))
     for bad in report["unreadable"]:
         print(f"{PROG}: unreadable: {bad['error']}", file=sys.stderr)
     return EXIT_FAILED if report["unreadable"] else EXIT_OK

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lightning_perf import console
 from lightning_perf.analysis import metrics
@@ -31,10 +31,28 @@ from lightning_perf.analysis.compile_summary import (
     CompileSummary,
 )
 
-if TYPE_CHECKING:
-    from lightning_perf.collect.run_state import PerfSession
-
 log = console.logger(__name__)
+
+
+class OpenStep(Protocol):
+    """What a watch reads of the step clock (:class:`~lightning_perf.collect.steps.step_clock.StepClock`)."""
+
+    @property
+    def pause(self) -> str | None: ...
+
+    def drop_open(self) -> bool: ...
+
+
+class WatchedFit(Protocol):
+    """What a watch reads of the fit it watches: ``collect.run_state.PerfSession`` is one. A protocol, not an
+    import: run_state makes the watch, so importing it back would be a cycle (tests/test_architecture.py)."""
+
+    @property
+    def batches(self) -> int: ...
+
+    @property
+    def clock(self) -> OpenStep: ...
+
 
 COMPILE_TIME_S = metrics.COMPILE_TIME.tag
 RECOMPILES = metrics.RECOMPILES.tag
@@ -92,7 +110,7 @@ def short_reason(text: Any) -> str:
 class CompileWatch:
     """The compilations of one fit; made by :func:`watch`, ended by :meth:`finish`."""
 
-    def __init__(self, session: PerfSession, handler: Any, records: Any, counters: Any) -> None:
+    def __init__(self, session: WatchedFit, handler: Any, records: Any, counters: Any) -> None:
         self._session = session
         self._handler = handler
         self._records = records  # get_compilation_metrics, or None
@@ -274,7 +292,7 @@ def describe(summary: CompileSummary) -> str:
     return line
 
 
-def watch(session: PerfSession) -> CompileWatch | None:
+def watch(session: WatchedFit) -> CompileWatch | None:
     """Watch the fit of ``session``; None (and one info line) when this torch has no compile callbacks."""
     try:
         from torch._dynamo.callback import callback_handler

@@ -28,14 +28,16 @@ def is_tensorboard(logger: Any) -> bool:
     return is_instance(logger, "loggers", "TensorBoardLogger")
 
 
-# the folder of runs without any logger, under default_root_dir
-NO_LOGGER_DIR = "lightning_perf"
+# the folder of runs without any logger, under default_root_dir (the working directory by default). Not the
+# package's name: a folder ``lightning_perf`` there would be imported as an (empty) namespace package in place
+# of an editable install, whose finder comes after the working directory on the import path (issue 36).
+NO_LOGGER_DIR = "lightning_perf_logs"
 
 
 def run_dir(trainer: Any) -> str:
     """This run's own folder for traces and perf_summary.json (call on rank zero, where loggers are real):
     the TensorBoard logger's log dir, else the first logger's run dir, else a new
-    ``default_root_dir/lightning_perf/version_N``. Never a folder another run writes to."""
+    ``default_root_dir/lightning_perf_logs/version_N``. Never a folder another run writes to."""
     logger = tensorboard_logger(trainer)
     if logger is not None:
         return logger.log_dir

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.output.loggers import NO_LOGGER_DIR
 from tests.compat.namespace_fits import fit_trainer, pl, quick_callback, tiny_model  # noqa: F401
 from tests.helpers import loader
 
@@ -43,14 +44,15 @@ def test_csv_logger_gets_metrics_hparams_diagnosis_and_the_files(pl, tmp_path): 
 def test_no_logger_gets_a_new_version_dir_per_run(pl, tmp_path):  # noqa: F811
     first, _ = fit(pl, tmp_path, False)
     second, _ = fit(pl, tmp_path, False)
-    runs = sorted(os.listdir(tmp_path / "lightning_perf"))
+    assert NO_LOGGER_DIR == "lightning_perf_logs"  # not the package's name: it would shadow its import
+    runs = sorted(os.listdir(tmp_path / NO_LOGGER_DIR))
     assert runs == ["version_0", "version_1"]
     for run, callback in zip(runs, (first, second), strict=True):
-        run_dir = tmp_path / "lightning_perf" / run
+        run_dir = tmp_path / NO_LOGGER_DIR / run
         saved = RunSummary.load(run_dir / SUMMARY_FILENAME)
         assert saved.timing.steps == callback.last_summary.timing.steps
         assert glob.glob(str(run_dir / "*.pt.trace.json*"))
-    loose = [name for name in os.listdir(tmp_path) if name != "lightning_perf"]
+    loose = [name for name in os.listdir(tmp_path) if name != NO_LOGGER_DIR]
     assert loose == [], f"nothing loose in default_root_dir: {loose}"
 
 

@@ -14,6 +14,7 @@ from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.traces.figures.gpu_figures import trace_figures
 from lightning_perf.traces.read.loader import load_trace
+from lightning_perf.traces.read.reader import rewrite_trace
 from lightning_perf.traces.report.build import build_report, find_traces
 
 
@@ -152,12 +153,19 @@ def test_every_folder_is_found_by_content_whatever_the_name(realtraces, tmp_path
     assert all(f["id"] != "input_bound" for f in report["traces"][0]["findings"])
 
 
+def two_ranks_of_one_run(realtraces, folder) -> None:
+    """Rank 0 of ddp_a100_rank0 (recorded as a world of 1) written as rank 0 of 2 beside ddp_a100_rank1_of2: two
+    ranks of one run (the report keeps traces of different world sizes apart, as different runs)."""
+    (rank0,) = find_traces(str(realtraces / "ddp_a100_rank0"))
+    rewrite_trace(rank0, folder / os.path.basename(rank0), global_rank=0, world_size=2)
+    for path in find_traces(str(realtraces / "ddp_a100_rank1_of2")):
+        os.symlink(path, folder / os.path.basename(path))
+
+
 def test_one_trace_file_and_several_ranks_in_one_folder(realtraces, tmp_path):
     report = build_report(str(realtraces / "ddp_a100_rank1_of2" / "test.json.gz"))
     assert len(report["traces"]) == 1 and report["ranks"] is None
-    for folder in ("ddp_a100_rank0", "ddp_a100_rank1_of2"):
-        for path in find_traces(str(realtraces / folder)):
-            os.symlink(path, tmp_path / os.path.basename(path))
+    two_ranks_of_one_run(realtraces, tmp_path)
     report = build_report(str(tmp_path))
     ranks = report["ranks"]
     assert [row["rank"] for row in ranks["rows"]] == [0, 1]
@@ -170,9 +178,7 @@ def test_report_command_prints_figures_and_findings_and_writes_the_png(realtrace
 
     from lightning_perf import cli
 
-    for folder in ("ddp_a100_rank0", "ddp_a100_rank1_of2"):
-        for path in find_traces(str(realtraces / folder)):
-            os.symlink(path, tmp_path / os.path.basename(path))
+    two_ranks_of_one_run(realtraces, tmp_path)
     png = tmp_path / "chart.png"
     assert cli.main(["report", str(tmp_path), "--png", str(png)]) == 0
     out = capsys.readouterr().out

@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +39,13 @@ from lightning_perf.analysis.verdicts.comparison_metrics import (
 )
 from lightning_perf.analysis.verdicts.hparams_diff import hparams_diffs
 from lightning_perf.analysis.verdicts.metric_changes import metric_change
-from lightning_perf.analysis.verdicts.statistics import CONFIDENCE, NO_DIFFERENCE, MetricChange
+from lightning_perf.analysis.verdicts.statistics import (
+    CONFIDENCE,
+    NO_DIFFERENCE,
+    MetricChange,
+    fixed,
+    log_ratio,
+)
 from lightning_perf.errors import LightningPerfError
 
 JSON_SCHEMA_NAME = "lightning-perf/comparison"
@@ -52,6 +60,8 @@ SPEED_UNITS = ("ms", "s", "samples/s")
 UNIT_DECIMALS = {"ms": 1, "s": 2, "%": 1, "samples/s": 1, "GB": 2}
 DEFAULT_DECIMALS = 2
 RATIO_DECIMALS = 2
+# The log of the largest float: a ratio whose log is beyond this (either way) overflows, or its inverse does.
+_LOG_FLOAT_MAX = math.log(sys.float_info.max)
 
 
 __all__ = [
@@ -163,6 +173,8 @@ def compare(
         for row, spec in zip(metrics, METRICS, strict=True)
         if not spec.only_where_present or any(v is not None for v in row.values)
     ]
+    slower = _slower_than_baseline(metrics, names, baseline)
+    _refuse_beyond_floats(metrics, names, baseline, slower)
     comparison = Comparison(
         run_names=names,
         baseline=names[baseline],
@@ -170,7 +182,7 @@ def compare(
         environment_diff=environment_diff,
         metrics=metrics,
         verdict="",
-        slower_than_baseline=_slower_than_baseline(metrics, names, baseline),
+        slower_than_baseline=slower,
         rounds=min((len(r) for r in rounds), default=1) if rounds else 1,
         variants_differ=variants_differ,
         hparams_diff=hparams_diffs(hparams or []),
@@ -207,6 +219,32 @@ def _metric_row(
         low, high = _finite(low), _finite(high)
         intervals.append([low, high] if low is not None and high is not None else None)
     return MetricRow(spec.key, spec.label, spec.unit, spec.better, values, ratios, changes, intervals)
+
+
+def _refuse_beyond_floats(
+    metrics: list[MetricRow], names: list[str], baseline: int, slower: dict[str, float]
+) -> None:
+    """:class:`CompareError` naming the run and the figure whose change against the baseline is beyond the
+    range of a float (a corrupt summary: step times of 1e308 ms): no verdict, table or JSON could hold it."""
+    for row in metrics:
+        base = row.values[baseline]
+        for i, name in enumerate(names):
+            if i == baseline:
+                continue
+            value, change = row.values[i], row.changes[i]
+            numbers = [row.ratios[i], slower.get(name) if row.key == HEADLINE_KEY else None]
+            if change is not None:
+                numbers += [change.ratio, change.low, change.high]
+                numbers += [change.factor, change.factor_low, change.factor_high]
+            beyond = any(x is not None and not math.isfinite(x) for x in numbers)
+            if value is not None and base is not None and value > 0 and base > 0:
+                beyond = beyond or abs(log_ratio(value, base)) >= _LOG_FLOAT_MAX  # x or 1/x overflows
+            if beyond:
+                raise CompareError(
+                    f"{name}: {row.label} {format_value(value, row.unit)} against "
+                    f"{format_value(base, row.unit)} in {names[baseline]} (the baseline): a change beyond "
+                    f"what a float holds, so no comparison can show it; is {name}'s summary corrupt?"
+                )
 
 
 def _slower_than_baseline(metrics: list[MetricRow], names: list[str], baseline: int) -> dict[str, float]:
@@ -279,7 +317,7 @@ def _ratio_text(change: MetricChange) -> str:
     low, high = change.factor_low, change.factor_high
     return (
         f"mean step time: estimate {change.estimate_text(RATIO_DECIMALS)}, {change.confidence:.0%} interval "
-        f"{low:.{RATIO_DECIMALS}f}x-{high:.{RATIO_DECIMALS}f}x"
+        f"{fixed(low, RATIO_DECIMALS)}x-{fixed(high, RATIO_DECIMALS)}x"
     )
 
 
@@ -320,13 +358,13 @@ def format_value(value: float | None, unit: str) -> str:
         return NA
     decimals = UNIT_DECIMALS.get(unit, DEFAULT_DECIMALS)
     if unit == "%":
-        return f"{value:.{decimals}f}%"
-    return f"{value:.{decimals}f} {unit}".rstrip()
+        return f"{fixed(value, decimals)}%"
+    return f"{fixed(value, decimals)} {unit}".rstrip()
 
 
 def factor_text(before: float, after: float) -> str:
     factor = max(before, after) / min(before, after)
-    return f"{factor:.{RATIO_DECIMALS}f}x"
+    return f"{fixed(factor, RATIO_DECIMALS)}x"
 
 
 def arrow_text(label: str, before: float | None, after: float | None, unit: str) -> str:

@@ -8,6 +8,7 @@ change is called faster/slower or better/worse; the method behind the verdict is
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from lightning_perf.analysis.verdicts import hparams_diff
@@ -18,6 +19,7 @@ from lightning_perf.analysis.verdicts.comparison import (
     RATIO_DECIMALS,
     SPEED_UNITS,
     UNIT_DECIMALS,
+    CompareError,
     Comparison,
     MetricRow,
     arrow_text,
@@ -33,9 +35,12 @@ from lightning_perf.analysis.verdicts.statistics import (
     RATIO,
     TIME,
     MetricChange,
+    fixed,
 )
 
 NO_CHANGE = "no measurable change"
+_NUMBER = (int, float)
+_KIND_WORDS = {dict: "an object", list: "a list", str: "a string", int: "a whole number", _NUMBER: "a number"}
 
 
 def change_note(before: float | None, after: float | None, unit: str, better: str | None) -> str:
@@ -48,7 +53,7 @@ def change_note(before: float | None, after: float | None, unit: str, better: st
         delta = after - before
         if f"{abs(delta):.{decimals}f}" == f"{0:.{decimals}f}":
             return "about the same"
-        return f"{delta:+.{decimals}f} pts{_judgement(delta, better)}"
+        return f"{fixed(delta, decimals, '+')} pts{_judgement(delta, better)}"
     if before <= 0 or after <= 0:
         return ""
     factor = factor_text(before, after)
@@ -86,7 +91,7 @@ def _cells(c: Comparison, row: MetricRow) -> list[str]:
         interval = row.intervals[i] if i < len(row.intervals) else None
         if interval is not None and value is not None:
             decimals = UNIT_DECIMALS.get(row.unit, DEFAULT_DECIMALS)
-            cell += f" [{interval[0]:.{decimals}f}-{interval[1]:.{decimals}f}]"
+            cell += f" [{fixed(interval[0], decimals)}-{fixed(interval[1], decimals)}]"
         change = row.changes[i] if i < len(row.changes) else None
         if i == c.baseline_index:
             note = ""
@@ -225,27 +230,71 @@ def to_json(c: Comparison) -> dict[str, Any]:
     }
 
 
-def from_json(data: dict[str, Any]) -> Comparison:
-    """Inverse of :func:`to_json`."""
+class ComparisonFileError(CompareError, ValueError):
+    """A comparison JSON that cannot be read back (:func:`from_json`): the message names the file, when known,
+    and the field."""
+
+
+def load_comparison(path: str) -> Comparison:
+    """:func:`from_json` of the comparison JSON file at ``path`` (a trial's ``comparison.json``, what
+    ``compare --format json`` printed); :class:`ComparisonFileError` naming the file and the field, OSError
+    when it cannot be read."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise ComparisonFileError(f"{path}: not JSON: {err}") from None
+    return from_json(data, source=path)
+
+
+def _field(data: Any, key: str, where: str, path: str, kind: type | tuple[type, ...] = object) -> Any:
+    """``data[key]``, or :class:`ComparisonFileError` naming the field (``metrics[2].ratios``) and the file."""
+    field_name = f"{path}.{key}" if path else key
+    if not isinstance(data, dict):
+        raise ComparisonFileError(f"{where}malformed comparison: {path}: expected an object")
+    if key not in data:
+        raise ComparisonFileError(f"{where}malformed comparison: missing field {field_name!r}")
+    value = data[key]
+    if not isinstance(value, kind) or (kind == _NUMBER and isinstance(value, bool)):
+        raise ComparisonFileError(
+            f"{where}malformed comparison: {field_name}: expected {_KIND_WORDS.get(kind, 'another type')}, "
+            f"got {json.dumps(value, default=repr)[:40]}"
+        )
+    return value
+
+
+def from_json(data: dict[str, Any], source: str | None = None) -> Comparison:
+    """Inverse of :func:`to_json`. ``source`` (the file it came from) is named in the errors:
+    :class:`ComparisonFileError` (a ValueError) naming the missing or malformed field, never a bare KeyError."""
+    where = f"{source}: " if source else ""
     if not isinstance(data, dict) or data.get("schema") != JSON_SCHEMA_NAME:
-        raise ValueError(f"not a lightning-perf comparison (no schema {JSON_SCHEMA_NAME!r})")
+        raise ComparisonFileError(f"{where}not a lightning-perf comparison (no schema {JSON_SCHEMA_NAME!r})")
     if data.get("schema_version") != JSON_SCHEMA_VERSION:
-        raise ValueError(
-            f"comparison schema_version {data.get('schema_version')!r} is not supported "
+        raise ComparisonFileError(
+            f"{where}comparison schema_version {data.get('schema_version')!r} is not supported "
             f"(this version reads {JSON_SCHEMA_VERSION})"
         )
+
+    def get(key: str, kind: type | tuple[type, ...] = object) -> Any:
+        return _field(data, key, where, "", kind)
+
+    metrics = get("metrics", list)
+    changes = get("changes", dict)
     return Comparison(
-        run_names=list(data["run_names"]),
-        baseline=data["baseline"],
-        settings_diff={k: list(v) for k, v in data["settings_diff"].items()},
-        environment_diff={k: list(v) for k, v in data["environment_diff"].items()},
-        metrics=[_metric_row_from_json(row) for row in data["metrics"]],
-        verdict=data["verdict"],
-        slower_than_baseline=dict(data["slower_than_baseline"]),
-        warnings=list(data["warnings"]),
-        changes={name: change_from_json(change) for name, change in data["changes"].items()},
-        method=data["method"],
-        rounds=data["rounds"],
+        run_names=list(get("run_names", list)),
+        baseline=get("baseline", str),
+        settings_diff={k: list(v) for k, v in get("settings_diff", dict).items()},
+        environment_diff={k: list(v) for k, v in get("environment_diff", dict).items()},
+        metrics=[_metric_row_from_json(row, where, f"metrics[{i}]") for i, row in enumerate(metrics)],
+        verdict=get("verdict", str),
+        slower_than_baseline=dict(get("slower_than_baseline", dict)),
+        warnings=list(get("warnings", list)),
+        changes={
+            name: change_from_json(change, where, f"changes.{name}") for name, change in changes.items()
+        },
+        method=get("method", str),
+        rounds=get("rounds", int),
         variants_differ=bool(data.get("variants_differ", False)),
         hparams_diff={k: list(v) for k, v in data.get("hparams_diff", {}).items()},
     )
@@ -290,18 +339,27 @@ def change_to_json(change: MetricChange) -> dict[str, Any]:
     return data
 
 
-def change_from_json(data: dict[str, Any]) -> MetricChange:
-    """Inverse of :func:`change_to_json`."""
-    kind = data["kind"]
+def change_from_json(data: dict[str, Any], where: str = "", path: str = "change") -> MetricChange:
+    """Inverse of :func:`change_to_json`; :class:`ComparisonFileError` naming a missing field (``path``, with
+    ``where``: the file) or an unknown kind."""
+    kind = _field(data, "kind", where, path, str)
+    if kind not in _VALUE_FIELDS:
+        raise ComparisonFileError(
+            f"{where}malformed comparison: {path}.kind: {kind!r} is none of {', '.join(_VALUE_FIELDS)}"
+        )
     name = _VALUE_FIELDS[kind]
+
+    def get(key: str, kind: type | tuple[type, ...] = object) -> Any:
+        return _field(data, key, where, path, kind)
+
     return MetricChange(
-        ratio=data[name],
-        low=data[f"{name}_low"],
-        high=data[f"{name}_high"],
-        confidence=data["confidence"],
-        verdict=data["verdict"],
-        method=data["method"],
-        rounds_needed=data["rounds_needed"],
+        ratio=get(name, _NUMBER),
+        low=get(f"{name}_low", _NUMBER),
+        high=get(f"{name}_high", _NUMBER),
+        confidence=get("confidence", _NUMBER),
+        verdict=get("verdict", str),
+        method=get("method", str),
+        rounds_needed=get("rounds_needed"),
         kind=kind,
     )
 
@@ -312,6 +370,21 @@ def _metric_row_to_json(row: MetricRow) -> dict[str, Any]:
     return data
 
 
-def _metric_row_from_json(row: dict[str, Any]) -> MetricRow:
-    changes = [None if change is None else change_from_json(change) for change in row.get("changes", [])]
-    return MetricRow(**{**row, "changes": changes})
+def _metric_row_from_json(row: dict[str, Any], where: str = "", path: str = "metrics[0]") -> MetricRow:
+    def get(key: str, kind: type | tuple[type, ...] = object) -> Any:
+        return _field(row, key, where, path, kind)
+
+    changes = [
+        None if change is None else change_from_json(change, where, f"{path}.changes[{i}]")
+        for i, change in enumerate(row.get("changes", []) if isinstance(row, dict) else [])
+    ]
+    return MetricRow(
+        key=get("key", str),
+        label=get("label", str),
+        unit=get("unit", str),
+        better=get("better"),
+        values=list(get("values", list)),
+        ratios=list(get("ratios", list)),
+        changes=changes,
+        intervals=list(row.get("intervals", [])),
+    )

@@ -29,6 +29,9 @@ from lightning_perf.analysis.verdicts.statistics import (
     TIME,
     MetricChange,
     check_confidence,
+    log_ratio,
+    safe_exp,
+    scale_of,
     verdict_word,
 )
 
@@ -55,14 +58,18 @@ def _batch_totals(values: Sequence[float], count: int, size: int) -> list[float]
 
 def _mean_and_se(values: Sequence[float]) -> tuple[float, float, int] | None:
     """(mean of all ``values``, its standard error from batch means, degrees of freedom); None below
-    :data:`~lightning_perf.analysis.verdicts.statistics.MIN_SAMPLES` values."""
-    if len(values) < MIN_SAMPLES:
+    :data:`~lightning_perf.analysis.verdicts.statistics.MIN_SAMPLES` values or with a value that is not
+    finite. Computed on the values divided by :func:`scale_of` (1.0 for ordinary ones): a step time of
+    1e308 ms overflows no sum or square."""
+    if len(values) < MIN_SAMPLES or not all(math.isfinite(v) for v in values):
         return None
-    count, size = _batches(values)
-    means = [total / size for total in _batch_totals(values, count, size)]
+    scale = scale_of(values)
+    scaled = [v / scale for v in values] if scale != 1.0 else values
+    count, size = _batches(scaled)
+    means = [total / size for total in _batch_totals(scaled, count, size)]
     centre = sum(means) / count
     variance = sum((m - centre) ** 2 for m in means) / (count - 1)
-    return sum(values) / len(values), math.sqrt(variance / count), count - 1
+    return scale * (sum(scaled) / len(scaled)), scale * math.sqrt(variance / count), count - 1
 
 
 def _t(confidence: float, df: float) -> float:
@@ -114,19 +121,31 @@ def compare_means(
     if base is None or run is None or base[0] <= 0 or run[0] <= 0:
         return None
     (base_mean, base_se, base_df), (run_mean, run_se, run_df) = base, run
-    parts = [((base_se / base_mean) ** 2, base_df), ((run_se / run_mean) ** 2, run_df)]
-    log_ratio = math.log(run_mean / base_mean)
+    try:
+        parts = [((base_se / base_mean) ** 2, base_df), ((run_se / run_mean) ** 2, run_df)]
+    except OverflowError:  # a spread some 1e154 times the mean: no interval to speak of
+        return None
+    change = log_ratio(run_mean, base_mean)  # in logs: the quotient of 1e308 and 10 ms stays finite
     half = _t(confidence, _welch_df(parts)) * math.sqrt(sum(v for v, _ in parts))
-    low, high = math.exp(log_ratio - half), math.exp(log_ratio + half)
+    low, high = safe_exp(change - half), safe_exp(change + half)
     separated = low > 1.0 or high < 1.0
-    verdict = verdict_word(TIME, log_ratio > 0) if separated else NO_DIFFERENCE
+    verdict = verdict_word(TIME, change > 0) if separated else NO_DIFFERENCE
     method = describe_method(len(baseline), len(other))
-    return MetricChange(run_mean / base_mean, low, high, confidence, verdict, method, None, TIME)
+    ratio = run_mean / base_mean  # as before where it is a float; from the log where it overflows or vanishes
+    ratio = ratio if 0.0 < ratio < math.inf else safe_exp(change)
+    return MetricChange(ratio, low, high, confidence, verdict, method, None, TIME)
 
 
 def _share_and_se(part: Sequence[float], whole: Sequence[float]) -> tuple[float, float, int] | None:
     """(100 * sum(part) / sum(whole), its standard error by batch means of the linearised ratio, df)."""
-    if len(part) != len(whole) or len(part) < MIN_SAMPLES or sum(whole) <= 0:
+    if len(part) != len(whole) or len(part) < MIN_SAMPLES:
+        return None
+    if not all(math.isfinite(v) for v in (*part, *whole)):
+        return None
+    scale = scale_of([*part, *whole])  # 1.0 for ordinary values; a share is the same scaled
+    if scale != 1.0:
+        part, whole = [p / scale for p in part], [w / scale for w in whole]
+    if sum(whole) <= 0:
         return None
     count, size = _batches(whole)
     parts, wholes = _batch_totals(part, count, size), _batch_totals(whole, count, size)

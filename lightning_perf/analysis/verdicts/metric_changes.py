@@ -9,6 +9,7 @@ a metric a single run holds only once (GPU util, CPU) has no interval and is nev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from lightning_perf.analysis.numbers import finite as _finite
@@ -78,6 +79,8 @@ def _rate_from_time(
     base_value, run_value = _finite(spec.get(base)), _finite(spec.get(run))
     if base_value is None or run_value is None or base_value <= 0 or run_value <= 0:
         return None
+    if not all(0.0 < x < math.inf for x in (time.ratio, time.low, time.high)):
+        return None  # a time change beyond the float range (refused by the comparison): no rate from it
     point = run_value / base_value
     low, high = point * time.ratio / time.high, point * time.ratio / time.low
     separated = low > 1.0 or high < 1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lightning_perf.analysis.verdicts.comparison import CompareError, Comparison
 from lightning_perf.analysis.verdicts.comparison_metrics import HEADLINE_KEY
-from lightning_perf.analysis.verdicts.statistics import SLOWER
+from lightning_perf.analysis.verdicts.statistics import SLOWER, fixed
 
 
 def regressions(comparison: Comparison, limit_pct: float) -> dict[str, float]:
@@ -43,7 +43,7 @@ def gate_lines(comparison: Comparison, limit_pct: float) -> list[str]:
         if pct <= limit_pct:
             continue
         change = comparison.changes.get(name)
-        where = f"{name} is {pct:.1f}% slower than {comparison.baseline} (mean step time"
+        where = f"{name} is {fixed(pct, 1)}% slower than {comparison.baseline} (mean step time"
         if change is None:
             why = "; no per-step samples, so significance is unknown"
         else:

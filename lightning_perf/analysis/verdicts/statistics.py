@@ -118,14 +118,14 @@ class MetricChange:
     def interval_text(self, decimals: int = 2) -> str:
         """``1.32-1.49x`` (the interval in the factor's direction) or ``-3.0 to +0.4 pts``."""
         if self.kind == POINTS:
-            return f"{self.low:+.1f} to {self.high:+.1f} pts"
-        return f"{self.factor_low:.{decimals}f}-{self.factor_high:.{decimals}f}x"
+            return f"{fixed(self.low, 1, '+')} to {fixed(self.high, 1, '+')} pts"
+        return f"{fixed(self.factor_low, decimals)}-{fixed(self.factor_high, decimals)}x"
 
     def estimate_text(self, decimals: int = 2) -> str:
         """``1.40x faster`` or ``-1.4 pts``: the estimate in its direction."""
         if self.kind == POINTS:
-            return f"{self.ratio:+.1f} pts"
-        return f"{self.factor:.{decimals}f}x {self.direction}"
+            return f"{fixed(self.ratio, 1, '+')} pts"
+        return f"{fixed(self.factor, decimals)}x {self.direction}"
 
     def describe(self, than: str = "", metric: str = "") -> str:
         """``1.25x slower than a (mean step time, 95% interval 1.10x-1.41x)``, or ``no measurable difference
@@ -134,7 +134,7 @@ class MetricChange:
         if self.kind == POINTS:
             bounds = self.interval_text()
         else:
-            bounds = f"{self.factor_low:.2f}x-{self.factor_high:.2f}x"
+            bounds = f"{fixed(self.factor_low, 2)}x-{fixed(self.factor_high, 2)}x"
         if not self.significant:
             whom = f" from {than}" if than else ""
             about = f"{metric}: " if metric else ""
@@ -148,6 +148,58 @@ class MetricChange:
 
 def _inverse(value: float) -> float:
     return 1.0 / value if value > 0 else math.inf
+
+
+# Beyond this a fixed-point number is mostly digits no float holds ("1e+20", not "100000000000000000000.00").
+_FIXED_LIMIT = 1e15
+# Values whose squares and sums stay far from the float range need no scaling (2**400 is about 2.6e120).
+_SCALE_ABOVE = 2.0**400
+
+
+def fixed(value: float, decimals: int, sign: str = "") -> str:
+    """``value`` with ``decimals`` decimals (``sign="+"``: always signed); in scientific notation (3 digits)
+    from 1e15 on, so an absurd figure from a corrupt summary reads ``1e+308``, not a line of 309 digits."""
+    if math.isfinite(value) and abs(value) >= _FIXED_LIMIT:
+        return f"{value:{sign}.3g}"
+    return f"{value:{sign}.{decimals}f}"
+
+
+def safe_exp(x: float) -> float:
+    """``math.exp`` that gives ``inf`` past the float range instead of raising OverflowError."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def log_ratio(numerator: float, denominator: float) -> float:
+    """``log(numerator / denominator)`` of two positive numbers, also where the quotient itself would overflow
+    or vanish (1e308 / 0.5): then as a difference of logarithms. Ordinary values give the same as before."""
+    quotient = numerator / denominator
+    if 0.0 < quotient < math.inf:
+        return math.log(quotient)
+    return math.log(numerator) - math.log(denominator)
+
+
+def scale_of(values: Sequence[float]) -> float:
+    """A power of two to divide ``values`` by before summing or squaring them, so that no intermediate result
+    overflows (a step time of 1e308 ms): 1.0 for ordinary values (their results stay bit for bit as before),
+    else the power of two just below the largest magnitude (dividing by it is exact)."""
+    largest = max((abs(v) for v in values), default=0.0)
+    if not math.isfinite(largest) or largest < _SCALE_ABOVE:
+        return 1.0
+    return math.ldexp(1.0, math.frexp(largest)[1] - 1)
+
+
+def mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation) of two values or more, without intermediate overflow
+    (:func:`scale_of`); ``inf`` only where the result itself is beyond floats."""
+    scale = scale_of(values)
+    scaled = [v / scale for v in values]
+    n = len(scaled)
+    mean = sum(scaled) / n
+    spread = math.sqrt(sum((x - mean) ** 2 for x in scaled) / (n - 1))
+    return mean * scale, spread * scale
 
 
 def check_confidence(confidence: float) -> None:
@@ -274,16 +326,16 @@ def compare_rounds(
     n = len(pairs)
     if n < 2:
         return None
-    logs = [math.log(o / b) for b, o in pairs]
+    logs = [log_ratio(o, b) for b, o in pairs]  # o / b itself may overflow (1e308 / 0.5)
     mean = sum(logs) / n
     spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
     half = float(student_t.ppf(0.5 + confidence / 2.0, n - 1)) * spread / math.sqrt(n)
-    low, high = math.exp(mean - half), math.exp(mean + half)
+    low, high = safe_exp(mean - half), safe_exp(mean + half)
     separated = low > 1.0 or high < 1.0
     verdict = NO_DIFFERENCE if not separated else verdict_word(kind, mean > 0)
     needed = None if separated else rounds_needed(mean, spread, confidence)
     method = f"paired t-interval of the log per-round ratios ({n} interleaved rounds, geometric mean)"
-    return MetricChange(math.exp(mean), low, high, confidence, verdict, method, needed, kind)
+    return MetricChange(safe_exp(mean), low, high, confidence, verdict, method, needed, kind)
 
 
 def compare_round_differences(
@@ -298,8 +350,7 @@ def compare_round_differences(
     n = len(diffs)
     if n < 2:
         return None
-    mean = sum(diffs) / n
-    spread = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1))
+    mean, spread = mean_and_spread(diffs)
     half = float(student_t.ppf(0.5 + confidence / 2.0, n - 1)) * spread / math.sqrt(n)
     low, high = mean - half, mean + half
     separated = low > 0.0 or high < 0.0

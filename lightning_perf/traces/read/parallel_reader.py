@@ -1,8 +1,9 @@
 """Many traces at once: one trace a task in a pool of processes, results in the order of the inputs.
 
 A folder of a thousand ranks' traces is read by as many processes as the machine lets this one use
-(:func:`default_jobs`); each worker holds one trace at a time (``chunksize=1``: it takes the next file when it
-has handed back the result of the last), so the memory of the run is ``jobs`` traces being read plus the small
+(:func:`default_jobs`; a larger ``jobs`` is capped there, and at the number of traces: :func:`capped_jobs`);
+each worker holds one trace at a time (``chunksize=1``: it takes the next file when it has handed back the
+result of the last), so the memory of the run is ``jobs`` traces being read plus the small
 per-trace results the caller keeps, whatever the number of files. ``jobs=1`` (or a single file) runs in this
 process, without a pool.
 
@@ -45,6 +46,27 @@ def check_jobs(jobs: int | None) -> int:
     return jobs
 
 
+def capped_jobs(jobs: int | None, count: int) -> tuple[int, str | None]:
+    """The processes worth starting for ``count`` traces: ``jobs`` (None: :func:`default_jobs`) capped at the
+    usable cores (more processes only take turns on them, each holding a trace in memory) and at ``count`` (a
+    process a trace at most); and, when an explicit ``jobs`` was capped, a line saying to what and why."""
+    asked = check_jobs(jobs)
+    cores = default_jobs()
+    used = max(1, min(asked, cores, count))
+    if jobs is None or used >= asked:
+        return used, None
+    limits = []
+    if cores < asked:
+        limits.append(
+            f"the {cores} usable CPU core{'s' if cores != 1 else ''} (more processes would only take turns on "
+            "them, each holding a trace in memory)"
+        )
+    if count < asked:
+        limits.append(f"the {count} trace{'s' if count != 1 else ''} to read")
+    processes = f"{used} process{'es' if used != 1 else ''}"
+    return used, f"reading with {processes}, not {asked}: no more than {' and '.join(limits)}"
+
+
 def _context() -> multiprocessing.context.BaseContext:
     """A fresh process a worker (forkserver where there is one, else spawn), not a fork of this one: forking a
     process that runs threads (a test runner, a notebook, a logger) can deadlock the child."""
@@ -70,9 +92,10 @@ def map_traces(
 
     ``fn`` must be picklable (a module-level function, or a functools.partial of one) when the work goes to
     processes. Exceptions of the ``errors`` types become messages; any other propagates. ``jobs``: processes
-    (default: :func:`default_jobs`); never more than there are paths; 1 runs in this process.
+    (default: :func:`default_jobs`); never more than the usable cores nor than there are paths
+    (:func:`capped_jobs`); 1 runs in this process.
     """
-    jobs = min(check_jobs(jobs), len(paths))
+    jobs = capped_jobs(jobs, len(paths))[0]
     if jobs <= 1:
         for path in paths:
             yield (path, *_call(fn, path, errors))

@@ -11,26 +11,33 @@ Runtime, Other; see :func:`lightning_perf.traces.figures.analysis.step_breakdown
 operators by self time (CPU, and GPU kernels when recorded) and the GPU kernel-busy share. Then the findings
 of ``perf_summary.json`` when there is one. ``--format json`` is machine-readable with stable keys.
 
-Unreadable files (a cut trace, a corrupt summary, a trace whose analysis fails with any error) are listed with
-their error (and their rank, from the file's head or name, when it tells) under ``unreadable`` and the readable
-ones reported, whatever ``--jobs``. A trace without a backward pass or optimizer step (:func:`is_training`) is
-worded as the run (forward-only: serving, evaluation), not training. Exit codes: 0 ok; 1 some files unreadable;
+Unreadable files (a cut trace, a corrupt summary, a trace whose analysis fails with any error, a
+``*.pt.trace.json[.gz]`` that is a dangling symlink, a symlink loop or a FIFO) are listed with their error (and
+their rank, from the file's head or name, when it tells) under ``unreadable`` and the readable ones reported,
+whatever ``--jobs``; another ``*.json[.gz]`` that cannot be looked at gets a note. A folder holding the traces
+of several runs gets a cross-rank view a run (:mod:`lightning_perf.traces.report.runs`). A trace without a
+backward pass or optimizer step (:func:`is_training`) is worded as the run (forward-only: serving,
+evaluation), not training. Exit codes: 0 ok; 1 some files unreadable;
 2 for a missing RUN_DIR, a RUN_DIR with neither traces nor summary, or nothing readable in it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import functools
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable
 from typing import Any
 
 from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
 from lightning_perf.analysis.trace_figures import TraceFigures
+from lightning_perf.atomic_file import describe_os_error
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.traces.figures.analysis import (
     CATEGORIES,
@@ -43,11 +50,12 @@ from lightning_perf.traces.figures.analysis import (
 )
 from lightning_perf.traces.figures.gpu_figures import trace_figures
 from lightning_perf.traces.read.gunzip import GZIP_ERRORS, open_gzip_text
-from lightning_perf.traces.read.parallel_reader import check_jobs, map_traces
+from lightning_perf.traces.read.parallel_reader import capped_jobs, check_jobs, map_traces
 from lightning_perf.traces.read.reader import GZIP_MAGIC, TraceError
 from lightning_perf.traces.read.spans import gc_paused
 from lightning_perf.traces.report.changes import cycle_changes
 from lightning_perf.traces.report.ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
+from lightning_perf.traces.report.runs import group_runs, mixed_runs_note, run_entry
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 TORCH_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
@@ -114,40 +122,94 @@ def unreadable_rank(path: str) -> int | None:
 
 def find_traces(run_dir: str) -> list[str]:
     """The trace files directly in ``run_dir``, by content, sorted by name (worker, then cycle timestamp)."""
-    paths = [
-        os.path.join(run_dir, name) for name in sorted(os.listdir(run_dir)) if name.endswith(TRACE_SUFFIXES)
-    ]
-    return [path for path in paths if os.path.isfile(path) and is_trace_file(path)]
+    return scan_folder(run_dir)[0]
 
 
-def build_report(path: str, top: int = DEFAULT_TOP, jobs: int | None = None) -> dict[str, Any]:
+def scan_folder(run_dir: str) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+    """What :func:`find_traces` finds, and what it passes over that is not a plain file: (traces, unreadable
+    entries named like torch's traces with why, one note for each other ``*.json[.gz]`` that cannot be looked
+    at). A dangling symlink, a symlink loop, a FIFO (never opened: reading one blocks) or a directory is not
+    read; one named ``*.pt.trace.json[.gz]`` is a broken trace. One ``stat`` an entry, as before."""
+    traces, unreadable, notes = [], [], []
+    for name in sorted(os.listdir(run_dir)):
+        if not name.endswith(TRACE_SUFFIXES):
+            continue
+        path = os.path.join(run_dir, name)
+        why = _not_a_plain_file(path)
+        if why is None:
+            if is_trace_file(path):
+                traces.append(path)
+        elif name.endswith(TORCH_SUFFIXES):
+            found = _NAME_RANK.search(name)
+            rank = int(found.group(1)) if found else None
+            unreadable.append({"file": name, "rank": rank, "error": f"{path}: {why}"})
+        elif name != SUMMARY_FILENAME and not why.startswith("a directory"):
+            notes.append(f"skipped {name}: {why}: whether it is a trace cannot be told")
+    return traces, unreadable, notes
+
+
+def _not_a_plain_file(path: str) -> str | None:
+    """Why ``path`` cannot be read as a file (without opening it); None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop, not read"
+        if os.path.islink(path):
+            with contextlib.suppress(OSError):
+                return f"a dangling symlink (to {os.readlink(path)}), not read"
+            return "a dangling symlink, not read"
+        return f"cannot be looked at: {describe_os_error(err)}"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    kind = next((word for test, word in kinds if test(mode)), "a device")
+    return f"{kind}, not a regular file: not read"
+
+
+def build_report(
+    path: str, top: int = DEFAULT_TOP, jobs: int | None = None, notices: list[str] | None = None
+) -> dict[str, Any]:
     """The report as plain JSON-ready data (what ``--format json`` prints). ``path``: a folder or one trace.
-    ``jobs``: processes reading the traces at once (default: the usable cores; 1: in this process); the
-    traces come ordered by rank (then by name), whatever ``jobs``."""
+    ``jobs``: processes reading the traces at once (default: the usable cores; 1: in this process; capped at
+    the usable cores and at the number of traces); the traces come ordered by rank (then by name), whatever
+    ``jobs``. ``notices``, when given, gets how the report was made (a capped ``jobs``): for the command's
+    stderr, not the report, which is the same whatever ``jobs``."""
     jobs = check_jobs(jobs)
+    skipped: list[dict[str, Any]] = []
+    notes: list[str] = []
     if os.path.isfile(path):
         if not is_trace_file(path):
             raise ReportError(f"{path}: not a Chrome/Kineto trace (no traceEvents)")
         run_dir, traces = os.path.dirname(path) or ".", [path]
     elif os.path.isdir(path):
-        run_dir, traces = path, find_traces(path)
+        run_dir = path
+        traces, skipped, notes = scan_folder(path)
+    elif os.path.lexists(path):  # a dangling link, a FIFO, a socket
+        raise ReportError(f"{path}: {_not_a_plain_file(path)}")
     else:
         raise ReportError(f"{path}: no such file or directory")
-    notes: list[str] = []
-    unreadable: list[dict[str, str]] = []
+    unreadable: list[dict[str, Any]] = []
     summary_path = os.path.join(run_dir, SUMMARY_FILENAME)
     summary = None
-    if os.path.exists(summary_path):
+    summary_problem = _not_a_plain_file(summary_path) if os.path.lexists(summary_path) else None
+    if summary_problem is not None:
+        unreadable.append({"file": SUMMARY_FILENAME, "error": f"{summary_path}: {summary_problem}"})
+    elif os.path.exists(summary_path):
         try:
             summary = RunSummary.load(summary_path)
         except SummaryError as err:
             unreadable.append({"file": SUMMARY_FILENAME, "error": str(err)})
-    if not os.path.exists(summary_path) and not traces:
+    unreadable += skipped
+    if not os.path.lexists(summary_path) and not traces and not skipped:
         raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
     sections = []
     analyse = functools.partial(analyse_or_fail, top=top, with_input_rule=summary is None)
+    used, capped = capped_jobs(jobs, len(traces))
+    if capped is not None and notices is not None:
+        notices.append(capped)
     # one bad trace does not hide the good ones
-    for trace, ok, result in map_traces(analyse, traces, jobs, errors=(TraceError, OSError)):
+    for trace, ok, result in map_traces(analyse, traces, used, errors=(TraceError, OSError)):
         if ok:
             sections.append(result)
         else:
@@ -163,6 +225,9 @@ def build_report(path: str, top: int = DEFAULT_TOP, jobs: int | None = None) -> 
         notes.append(
             f"no trace files (*.json[.gz] with traceEvents) in {run_dir}: reporting the summary alone"
         )
+    runs = group_runs(sections)
+    if len(runs) > 1:
+        notes.append(mixed_runs_note(run_dir, runs))
     return {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -170,8 +235,12 @@ def build_report(path: str, top: int = DEFAULT_TOP, jobs: int | None = None) -> 
         "summary": _summary_section(summary, summary_path) if summary is not None else None,
         "notes": notes,
         "traces": sections,
-        "ranks": rank_spread(sections),
-        "changes": cycle_changes(sections),
+        # one cross-rank view a run: the ranks of two runs side by side would compare unrelated steps
+        "ranks": rank_spread(sections) if len(runs) <= 1 else None,
+        "runs": [run_entry(number, key, group) for number, (key, group) in enumerate(runs.items(), 1)]
+        if len(runs) > 1
+        else [],
+        "changes": [change for group in runs.values() for change in cycle_changes(group)],
         "unreadable": unreadable,
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }
