@@ -20,8 +20,16 @@ printed, written into TensorBoard as the run ``<experiment>/perf_compare`` and s
 stdout machine-readable.
 
 
-Exit codes: 0 every variant ran; 1 a variant failed, fewer than two could be compared, or one is slower than
-``--fail-if-slower`` allows (significantly); 2 bad arguments; 130 interrupted. Lightning is imported only by the worker (and :func:`run_trial`).
+A setting of a config or a variant that times no step (``trainer.fast_dev_run``, ``trainer.limit_train_batches:
+0``...) is refused before the first round, by name. Variants of different batch sizes get a note: compare their
+samples a second, not their step times.
+
+Exit codes: 0 every variant ran; 1 a variant failed, fewer than two could be compared, one is slower than
+``--fail-if-slower`` allows (significantly), or an output (comparison.json, the chart) could not be written;
+2 bad arguments; 130 interrupted; 143 (SIGTERM) or 129 (SIGHUP) terminated, the running worker and its
+processes stopped first. Without ``--timeout-s`` a round is stopped at a limit derived from the expected round
+time (10x, at least 120 s), so a hung round never waits forever. Lightning is imported only by the worker
+(and :func:`run_trial`).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from lightning_perf.cli.common import (
 )
 from lightning_perf.output.comparison_chart import write_png
 from lightning_perf.trial.api import run_cli_trial
+from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
@@ -53,6 +62,7 @@ from lightning_perf.trial.spec import (
     check_count,
     check_name,
     check_steps,
+    check_timed_settings,
     check_variant_names,
     parse_variant,
     prepare_experiment,
@@ -114,7 +124,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--png", metavar="FILE", help="also write a bar chart of the headline metrics")
     add_fail_if_slower(parser)
     parser.add_argument(
-        "--timeout-s", type=float, metavar="S", help="stop a variant that runs longer than S seconds"
+        "--timeout-s",
+        type=float,
+        metavar="S",
+        help="stop a variant's round that runs longer than S seconds (default: 10x the expected round time, at "
+        "least 120 s; the expected time is the first finished round's, or the round's own pace)",
     )
     parser.add_argument(
         "--overwrite",
@@ -145,22 +159,29 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # the running worker was stopped; no comparison of a half-done trial
         print("lightning-perf trial: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated as stop:  # SIGTERM/SIGHUP: the running worker's process group was killed first
+        print(f"{PROG}: terminated; the runs done are kept under {args.log_dir}", file=sys.stderr)
+        return int(stop.code)
 
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
         print(result.render(args.format), end="")
+    png_failed = False
     if args.png and result.comparison is not None:
         try:
             write_png(result.comparison, args.png)
             print(f"lightning-perf trial: wrote chart {args.png}", file=sys.stderr)
         except CompareError as err:
             print(f"lightning-perf trial: {err}", file=sys.stderr)
+            png_failed = True
     for path in (result.comparison_path, result.tensorboard_dir):
         if path:
             print(f"lightning-perf trial: wrote {path}", file=sys.stderr)
 
     code = EXIT_OK if not result.failed and result.comparison is not None else EXIT_FAILED
+    if result.comparison is not None and (result.comparison_path is None or png_failed):
+        code = EXIT_FAILED  # a promised output is missing (its note or error line says why)
     if args.fail_if_slower is not None and result.comparison is not None:
         try:
             code = max(code, gate(result.comparison, args.fail_if_slower, PROG))
@@ -179,6 +200,7 @@ def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str
     variants = [parse_variant(text) for text in args.variant]
     check_variant_names([name for name, _ in variants], "--variant")
     check_configs(args.config, args.cli)
+    check_timed_settings(args.config, variants)
     if args.name is None:
         args.name = os.path.splitext(os.path.basename(args.config[0]))[0]
     check_name(args.name, "--name")

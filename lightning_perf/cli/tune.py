@@ -5,8 +5,16 @@ Example::
 
     lightning-perf tune --config config.yaml --steps 20 --repeats 3 --budget-s 600
 
+Before any fit, tune refuses (exit code 2, naming what): a ``CFG.tuned.yaml`` already there (pass
+``--overwrite`` to replace it), a config folder that cannot take it (its path and errno), a setting of the config
+or of a ``--variant`` that times no step (``trainer.fast_dev_run``, ``trainer.limit_train_batches: 0``...), and a
+``--variant`` that changes the batch size without ``--allow-semantic-changes``. Variants of different batch
+sizes are judged on samples a second, not step time.
+
 Exit codes: 0 a verdict (a tuned config, or keep your config); 1 no verdict (the diagnosis or the baseline
-failed, or the budget is too small); 2 bad arguments; 130 interrupted (the rounds done stay in the log dir).
+failed, or the budget is too small), or the tuned config chosen could not be written; 2 bad arguments;
+130 interrupted, 143 (SIGTERM) or 129 (SIGHUP) terminated (the rounds done stay in the log dir). The budget
+bounds every fit: a round it stops is dropped and the rounds run in full are kept, with a note.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import sys
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error
+from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
@@ -70,7 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-semantic-changes",
         action="store_true",
-        help="also try changes that alter what is learned (batch size; lower precision for a full-precision run)",
+        help="also try changes that alter what is learned (batch size, a --variant's too; lower precision for a "
+        "full-precision run); they are labelled so, and variants of different batch sizes are judged on samples "
+        "a second",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing CFG.tuned.yaml (without it, tune refuses to start when one is there)",
     )
     parser.add_argument(
         "--variant",
@@ -108,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
             cli=args.cli,
             allow_semantic=args.allow_semantic_changes,
             extra=extra,
+            overwrite=args.overwrite,
         )
     except (TrialError, OSError) as err:
         return error(PROG, err)
@@ -119,10 +136,21 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    except Terminated as stop:  # SIGTERM/SIGHUP: the running worker's process group was killed first
+        done = glob.glob(os.path.join(args.log_dir, "**", SUMMARY_FILENAME), recursive=True)
+        print(
+            f"{PROG}: terminated; the runs done are kept ({len(done)} run summaries under {args.log_dir}); "
+            "no tuned config was written",
+            file=sys.stderr,
+        )
+        return int(stop.code)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
         print(result.render(), end="")
+    if result.write_error:
+        print(f"{PROG}: error: {result.write_error}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK if result.decision.judged else EXIT_FAILED
 
 

@@ -34,7 +34,7 @@ from lightning_perf.analysis.verdicts.rounds import pooled, without_warmup
 from lightning_perf.atomic_file import atomic_open
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_tensorboard
 from lightning_perf.trial.progress import Progress
-from lightning_perf.trial.runner import describe_error, run_worker, worker_env
+from lightning_perf.trial.runner import RoundLimits, RoundReport, describe_error, run_worker, worker_env
 from lightning_perf.trial.spec import (
     COMPARISON_FILENAME,
     DEFAULT_LOG_DIR,
@@ -52,7 +52,11 @@ from lightning_perf.trial.spec import (
     check_steps,
     check_variant_names,
     prepare_experiment,
+    times_nothing,
 )
+
+# the start of the note on variants of different batch sizes (tune, judging on samples a second, drops it)
+BATCH_SIZES_NOTE = "the variants differ in batch size"
 
 
 def _load_round(result: VariantResult, run_dir: str, warmup_steps: int) -> None:
@@ -85,44 +89,85 @@ def round_order(outcomes: list[VariantResult], round_index: int) -> list[tuple[i
 def _run_rounds(
     result: TrialResult,
     outcomes: list[VariantResult],
-    run_one: Callable[[VariantResult, str, str, Callable[[int, int], None]], str | None],
+    run_one: Callable[[VariantResult, str, str, Progress], str | None],
     progress: bool,
+    limits: RoundLimits | None = None,
 ) -> None:
     """Run every variant once a round, ``result.repeats`` rounds (rotated: A B C, B C A, ...), then pool each's.
 
-    ``run_one(outcome, version, run_dir, report)`` fits one round and returns ``None`` or a one-line error.
-    A variant whose round fails runs no further rounds.
+    ``run_one(outcome, version, run_dir, reporter)`` fits one round, telling ``reporter`` (the progress) its
+    steps, and returns ``None`` or a one-line error. A variant whose round fails runs no further rounds. With
+    ``limits``, no round starts once their budget is spent, and a round the budget stopped is no failure: the
+    trial keeps the rounds every variant ran in full and says so (:func:`_stop_at_budget`).
     """
     result.variants.extend(outcomes)
     total = result.steps + result.warmup_steps
     reporter = Progress(result.repeats, len(outcomes), total, enabled=progress)
     try:
         for round_index in range(1, result.repeats + 1):
-            for index, outcome in round_order(outcomes, round_index):
-                if outcome.status == "failed":
-                    continue
-                version = (
-                    outcome.name if result.repeats == 1 else f"{outcome.name}/{ROUND_DIR.format(round_index)}"
-                )
-                run_dir = os.path.join(result.experiment_dir, version)
-                outcome.round_dirs.append(run_dir)
-                reporter.start(round_index, index, outcome.name, total)
-                started = time.perf_counter()
-                error = run_one(outcome, version, run_dir, reporter.step)
-                if error is None:
-                    _load_round(outcome, run_dir, result.warmup_steps)
-                else:
-                    outcome.status, outcome.error = "failed", error
-                wall = time.perf_counter() - started
-                outcome.wall_s += wall
-                reporter.finished(
-                    outcome, wall, _mean_ms(outcome.rounds[-1]) if outcome.status != "failed" else None
-                )
+            if _run_round(result, outcomes, round_index, run_one, reporter, limits):
+                assert limits is not None  # only a budget stops the rounds
+                _stop_at_budget(result, outcomes, limits, round_index - 1)
+                break
     finally:
         reporter.close()
     for outcome in outcomes:
         if outcome.status != "failed" and len(outcome.rounds) == result.repeats:
             outcome.summary, outcome.status = pooled(outcome.rounds), "ok"
+
+
+def _run_round(
+    result: TrialResult,
+    outcomes: list[VariantResult],
+    round_index: int,
+    run_one: Callable[[VariantResult, str, str, Progress], str | None],
+    reporter: Progress,
+    limits: RoundLimits | None,
+) -> bool:
+    """One round of every variant still running; True when the budget stopped it (the round is partial)."""
+    total = result.steps + result.warmup_steps
+    for index, outcome in round_order(outcomes, round_index):
+        if outcome.status == "failed":
+            continue
+        if limits is not None and limits.exhausted:
+            return True
+        version = outcome.name if result.repeats == 1 else f"{outcome.name}/{ROUND_DIR.format(round_index)}"
+        run_dir = os.path.join(result.experiment_dir, version)
+        outcome.round_dirs.append(run_dir)
+        reporter.start(round_index, index, outcome.name, total)
+        started = time.perf_counter()
+        error = run_one(outcome, version, run_dir, reporter)
+        if error is not None and outcome.round_reports and outcome.round_reports[-1].stopped == "budget":
+            reporter.say(error)  # not the variant's failure: the round is dropped, with the rest of it
+            return True
+        if error is None:
+            _load_round(outcome, run_dir, result.warmup_steps)
+        else:
+            outcome.status, outcome.error = "failed", error
+        wall = time.perf_counter() - started
+        outcome.wall_s += wall
+        reporter.finished(outcome, wall, _mean_ms(outcome.rounds[-1]) if outcome.status != "failed" else None)
+    return False
+
+
+def _stop_at_budget(
+    result: TrialResult, outcomes: list[VariantResult], limits: RoundLimits, done: int
+) -> None:
+    """The budget is spent after ``done`` full rounds: keep those of every variant, drop the partial round, say
+    so; a variant that failed keeps its failure."""
+    result.notes.append(limits.budget_note(done, result.repeats))
+    result.repeats = done
+    for outcome in outcomes:
+        if outcome.status == "failed":
+            continue
+        del outcome.rounds[done:], outcome.round_dirs[done:], outcome.round_reports[done:]
+        if outcome.log_path is not None and outcome.round_dirs:  # the last round kept
+            outcome.log_path = os.path.join(outcome.round_dirs[-1], WORKER_LOG_FILENAME)
+        elif outcome.log_path is not None and not os.path.exists(outcome.log_path):  # never started
+            outcome.log_path = None
+        if done == 0:
+            outcome.status = "failed"
+            outcome.error = f"not measured: the budget ({limits.budget_label}) was spent before a full round"
 
 
 def conclude(result: TrialResult) -> TrialResult:
@@ -140,6 +185,14 @@ def conclude(result: TrialResult) -> TrialResult:
             "that ran"
         )
     summaries = [v.summary for v in ran if v.summary is not None]  # a variant that ran has its summary
+    sizes = {v.name: v.summary.settings.batch_size for v in ran if v.summary is not None}
+    if len({size for size in sizes.values() if size is not None}) > 1:
+        shown = ", ".join(f"{name} {size}" for name, size in sizes.items() if size is not None)
+        result.notes.append(
+            f"{BATCH_SIZES_NOTE} ({shown}): a step holds a different number of samples, so "
+            "compare them on samples a second (samples/s), not step time; a batch-size change also alters what "
+            "is learned"
+        )
     rounds = [v.rounds for v in ran] if result.repeats > 1 else None
     # variants differ by definition (overrides, code): equal fingerprints do not mean "same settings"
     hparams = [load_hparams(v.round_dirs[0]) if v.round_dirs else None for v in ran]  # the same every round
@@ -198,6 +251,10 @@ def run_trial(
         owned = sorted({"max_steps", "logger"} & set(v.trainer_kwargs))
         if owned:
             raise TrialError(f"variant {v.name!r}: trainer_kwargs {', '.join(owned)} are set by the trial")
+        for key, value in v.trainer_kwargs.items():
+            why = times_nothing(key, value)
+            if why is not None:
+                raise TrialError(f"variant {v.name!r}: trainer_kwargs {key}={value!r} {why}")
     experiment_dir = os.path.join(log_dir, name)
     prepare_experiment(experiment_dir, [v.name for v in variants], overwrite, cli=False)
 
@@ -205,12 +262,12 @@ def run_trial(
 
     by_name = {v.name: v for v in variants}
 
-    def run_one(
-        outcome: VariantResult, version: str, run_dir: str, report: Callable[[int, int], None]
-    ) -> str | None:
+    def run_one(outcome: VariantResult, version: str, run_dir: str, reporter: Progress) -> str | None:
         try:
             with restored_torch_flags():
-                fit_variant(by_name[outcome.name], steps + warmup_steps, log_dir, name, report, version)
+                fit_variant(
+                    by_name[outcome.name], steps + warmup_steps, log_dir, name, reporter.step, version
+                )
         except Exception as err:
             return describe_error(err)
         return None
@@ -234,15 +291,21 @@ def run_cli_trial(
     repeats: int = DEFAULT_REPEATS,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     cli: str | None = None,
+    limits: RoundLimits | None = None,
 ) -> TrialResult:
     """Run each variant (a name and its config overrides) of the Lightning CLI ``configs``, ``repeats`` rounds
-    interleaved, each round in its own process; ``cli`` (``module:function``) builds CLIs with fixed classes."""
+    interleaved, each round in its own process; ``cli`` (``module:function``) builds CLIs with fixed classes.
+
+    ``limits`` bound the rounds (shared by them all): ``timeout_s`` a round, else a limit derived from the
+    expected round time; a budget stops the rounds at the last one run in full (a note says so). Without
+    ``limits``, ``RoundLimits(timeout_s=timeout_s)``. SIGTERM or SIGHUP during a round end its worker's process
+    group and raise :class:`~lightning_perf.trial.runner.Terminated`; the rounds done stay on disk.
+    """
     experiment_dir = os.path.join(log_dir, name)
     env = worker_env()
+    limits = limits or RoundLimits(timeout_s=timeout_s)
 
-    def run_one(
-        outcome: VariantResult, version: str, run_dir: str, report: Callable[[int, int], None]
-    ) -> str | None:
+    def run_one(outcome: VariantResult, version: str, run_dir: str, reporter: Progress) -> str | None:
         os.makedirs(run_dir, exist_ok=True)
         outcome.log_path = os.path.join(run_dir, WORKER_LOG_FILENAME)
         spec = {
@@ -255,13 +318,17 @@ def run_cli_trial(
             "version": version,
             "cli": cli,
         }
+        round_report = RoundReport()
+        outcome.round_reports.append(round_report)
         return run_worker(
             [sys.executable, "-m", WORKER_MODULE],
             json.dumps(spec),
             outcome.log_path,
-            timeout_s=timeout_s,
-            on_progress=report,
+            on_progress=reporter.step,
             env=env,
+            limits=limits,  # shared, not a copy: the first finished round sets the expected round time
+            report=round_report,
+            on_limit=reporter.limit,
         )
 
     result = TrialResult(name, experiment_dir, steps, [], repeats=repeats, warmup_steps=warmup_steps)
@@ -269,7 +336,7 @@ def run_cli_trial(
         VariantResult(variant, os.path.join(experiment_dir, variant), overrides=overrides)
         for variant, overrides in variants
     ]
-    _run_rounds(result, outcomes, run_one, progress=True)
+    _run_rounds(result, outcomes, run_one, progress=True, limits=limits)
     return conclude(result)
 
 

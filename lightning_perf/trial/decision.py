@@ -5,7 +5,9 @@ with its interval, or the candidate's error). :func:`speeds_from_trial` is the o
 result to those numbers: the per-round mean step time of each candidate against the baseline's of the same
 round (paired by round), the geometric mean of the per-round ratios with a Student-t interval
 (:func:`~lightning_perf.analysis.verdicts.statistics.compare_rounds`). Speed-up = baseline time / candidate
-time, so above 1 is faster.
+time, so above 1 is faster. When the variants differ in batch size a step holds a different number of samples,
+so step times say nothing about the speed of training: then each round's samples a second are compared
+instead (speed-up = candidate / baseline samples a second, :data:`METHOD_PER_SAMPLE`).
 """
 
 from __future__ import annotations
@@ -14,13 +16,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_perf.analysis.verdicts.statistics import CONFIDENCE, compare_rounds
+from lightning_perf.analysis.verdicts.statistics import CONFIDENCE, RATE, TIME, compare_rounds
+from lightning_perf.trial.proposals import SEMANTIC_LABEL, Candidate, changes_batch_size, semantic_label
 from lightning_perf.trial.spec import TrialResult, VariantResult
 
 KEEP = "keep your config"
 METHOD = (
     "speed-up = baseline / candidate mean step time per round, paired by round; geometric mean of the per-round "
     "ratios with a Student-t interval of their logarithms"
+)
+METHOD_PER_SAMPLE = (
+    "speed-up = candidate / baseline samples a second per round (the variants differ in batch size, so their step "
+    "times are not comparable), paired by round; geometric mean of the per-round ratios with a Student-t interval "
+    "of their logarithms"
 )
 
 
@@ -36,6 +44,8 @@ class Speed:
     confidence: float = CONFIDENCE
     error: str | None = None
     rounds: int = 0
+    # judged on samples a second (the variants differ in batch size), not on the mean step time
+    per_sample: bool = False
 
     @property
     def significant(self) -> bool:
@@ -49,7 +59,7 @@ class Speed:
             return f"{self.label}: no interval ({self.rounds} complete round(s); at least 2 are needed)"
         if self.low is None or self.high is None:
             return f"{self.label}: {self.speedup:.2f}x"
-        level = f"{self.confidence:.0%} interval"
+        level = ("in samples a second, " if self.per_sample else "") + f"{self.confidence:.0%} interval"
         if self.significant:
             return f"{self.label}: {self.speedup:.2f}x faster ({level} {self.low:.2f}-{self.high:.2f}x)"
         # one direction, as every verdict reads: a slowdown with its interval as slowdowns
@@ -74,6 +84,7 @@ class Speed:
             "significant": self.significant,
             "rounds": self.rounds,
             "error": self.error,
+            "basis": "samples_per_sec" if self.per_sample else "step_time",
         }
 
 
@@ -106,45 +117,124 @@ def choose(speeds: Sequence[Speed]) -> Decision:
 
 
 def speeds_from_trial(
-    result: TrialResult, labels: dict[str, str], baseline: str, confidence: float = CONFIDENCE
+    result: TrialResult,
+    labels: dict[str, str],
+    baseline: str,
+    confidence: float = CONFIDENCE,
+    per_sample: bool = False,
 ) -> list[Speed]:
-    """Each candidate's speed-up over ``baseline`` from the trial's rounds (mean step time, paired by round)."""
+    """Each candidate's speed-up over ``baseline`` from the trial's rounds, paired by round: over the mean step
+    time, or with ``per_sample`` (the variants differ in batch size) over the samples a second."""
     by_name = {v.name: v for v in result.variants}
     base = by_name.get(baseline)
+    values = _round_rates if per_sample else _round_means
     speeds = []
     for name, label in labels.items():
         run = by_name.get(name)
         if run is None:
             continue
         if not run.ok:
-            speeds.append(Speed(name, label, error=run.error or "did not run", rounds=len(run.rounds)))
+            speeds.append(
+                Speed(
+                    name,
+                    label,
+                    error=run.error or "did not run",
+                    rounds=len(run.rounds),
+                    per_sample=per_sample,
+                )
+            )
             continue
-        base_means, run_means = _round_means(base), _round_means(run)
-        pairs = [(b, r) for b, r in zip(base_means, run_means, strict=False) if b and r]
+        pairs = [(b, r) for b, r in zip(values(base), values(run), strict=False) if b and r]
         change = (
-            compare_rounds([b for b, _ in pairs], [r for _, r in pairs], confidence)
+            compare_rounds(
+                [b for b, _ in pairs], [r for _, r in pairs], confidence, kind=RATE if per_sample else TIME
+            )
             if len(pairs) >= 2
             else None
         )
         if change is None:
-            speeds.append(Speed(name, label, rounds=len(pairs)))
-            continue
-        # ratio is candidate / baseline time: its inverse is the speed-up, the bounds swap
-        speeds.append(
-            Speed(
-                name,
-                label,
-                1.0 / change.ratio,
-                1.0 / change.high,
-                1.0 / change.low,
-                confidence,
-                rounds=len(pairs),
+            speeds.append(Speed(name, label, rounds=len(pairs), per_sample=per_sample))
+        elif per_sample:  # ratio is candidate / baseline rate: the speed-up itself
+            speeds.append(
+                Speed(name, label, change.ratio, change.low, change.high, confidence, None, len(pairs), True)
             )
-        )
+        else:  # ratio is candidate / baseline time: its inverse is the speed-up, the bounds swap
+            speeds.append(
+                Speed(
+                    name,
+                    label,
+                    1.0 / change.ratio,
+                    1.0 / change.high,
+                    1.0 / change.low,
+                    confidence,
+                    rounds=len(pairs),
+                )
+            )
     return speeds
+
+
+def judge_batch_sizes(
+    result: TrialResult, candidates: Sequence[Candidate], baseline: str, allow_semantic: bool
+) -> tuple[bool, set[str], list[str]]:
+    """Whether to judge on samples a second (the variants ran with different batch sizes, or a candidate sets
+    it), the candidates barred from the choice and notes saying so. A candidate found to change the batch size
+    by a key of another name is labelled a semantic change and, without ``allow_semantic``, barred."""
+    sizes = batch_sizes(result)
+    base = sizes.get(baseline)
+    changed = {name for name, size in sizes.items() if base is not None and size != base}
+    sets_it = any(c.semantic and any(changes_batch_size(k) for k in c.changes) for c in candidates)
+    if not changed and not sets_it:
+        return False, set(), []
+    shown = ", ".join(f"{name} {size}" for name, size in sizes.items())
+    notes = [
+        f"the variants differ in batch size ({shown}): a step holds a different number of samples, so they "
+        "are judged on samples a second, not step time"
+    ]
+    barred = set()
+    for c in candidates:
+        if c.name in changed and not c.semantic:
+            c.semantic, c.label = True, semantic_label(c.label)
+            if not allow_semantic:
+                barred.add(c.name)
+                notes.append(
+                    f"{c.name} changed the batch size ({base} -> {sizes[c.name]}): {SEMANTIC_LABEL}, not "
+                    "chosen without --allow-semantic-changes"
+                )
+    return True, barred, notes
+
+
+def batch_sizes(result: TrialResult) -> dict[str, int]:
+    """The batch size each variant that ran was measured with (from its first round's settings), where known."""
+    sizes = {}
+    for variant in result.variants:
+        first = variant.rounds[0] if variant.rounds else None
+        if first is not None and first.settings.batch_size is not None:
+            sizes[variant.name] = first.settings.batch_size
+    return sizes
 
 
 def _round_means(variant: VariantResult | None) -> list[float | None]:
     if variant is None or not variant.ok:
         return []
     return [r.timing.step_time_ms.mean if r.timing.step_time_ms is not None else None for r in variant.rounds]
+
+
+def _round_rates(variant: VariantResult | None) -> list[float | None]:
+    """Each round's samples a second over its timed steps (warm-up left out): the samples a step of the round
+    (its whole run's, the warm-up's alike) over the mean step time; the run's own figure where the samples are
+    unknown."""
+    if variant is None or not variant.ok:
+        return []
+    rates: list[float | None] = []
+    for r in variant.rounds:
+        timing, step = r.timing, r.timing.step_time_ms
+        per_step = (
+            timing.samples / timing.steps
+            if timing.samples > 0 and timing.steps > 0
+            else r.settings.batch_size
+        )
+        if per_step and step is not None and step.mean > 0:
+            rates.append(per_step * 1000.0 / step.mean)
+        else:
+            rates.append(timing.samples_per_sec)
+    return rates

@@ -108,6 +108,19 @@ def is_semantic(key: str, value: Any, settings: Settings) -> bool:
     return False
 
 
+def changes_batch_size(key: str, targets: dict[str, Any] | None = None) -> bool:
+    """A config override key that sets the batch size: one whose last part is ``batch_size``
+    (``data.init_args.batch_size``), or where the diagnosis found the DataLoader's batch size set."""
+    if key.rsplit(".", 1)[-1] in SEMANTIC_LOADER_KEYS:
+        return True
+    return bool(targets) and key == (targets or {}).get("loader_keys", {}).get("batch_size")
+
+
+def semantic_label(label: str) -> str:
+    """``label (semantic change: alters what is learned)``, once."""
+    return label if SEMANTIC_LABEL in label else f"{label} ({SEMANTIC_LABEL})"
+
+
 def config_key(key: str, targets: dict[str, Any]) -> str | None:
     """Where the config sets ``key``: ``trainer.benchmark``, ``data.init_args.num_workers``, or None."""
     if key in TRAINER_KEYS:

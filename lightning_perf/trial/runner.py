@@ -1,35 +1,57 @@
-"""Running one ``lightning-perf trial`` worker process: the line protocol, a timeout, a one-line error.
+"""Running one ``lightning-perf trial`` worker process: the line protocol, a time limit, a one-line error.
 
-The worker (``lightning_perf.trial.worker``) prints protocol lines on stdout for the parent (``progress K N``,
-``done``, ``error MESSAGE``); all its other output goes to a log file only. A worker that hangs past its
-timeout, or whose parent is interrupted, is killed with its whole process group (its DataLoader workers).
+The worker (``lightning_perf.trial.worker``) prints protocol lines on stdout for the parent (``pace K N`` and
+``progress K N``, ``disturbed TEXT``, ``done``, ``error MESSAGE``); all its other output goes to a log file only.
+The worker runs in its own process group with its DataLoader workers, and every way the parent leaves a round
+ends that group: the round's end, its time limit, an exception, SIGINT, SIGTERM and SIGHUP (handlers installed
+for the round, the previous ones restored after; SIGTERM and SIGHUP then end the parent with 128 + the signal).
+Without ``--timeout-s`` a round is stopped at a limit derived from the measured pace (:class:`RoundLimits`).
 Pure standard library: the parent never imports Lightning.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import math
 import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import IO
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_perf.analysis.summary import RunSummary
 
 # lines the worker prints for the parent start with this; everything else goes to the worker's log only
 PROTOCOL_PREFIX = "@@lightning-perf-trial@@ "
 # a failed variant's error is shown on one line, cut to this length (the full text is in the worker's log)
 MAX_ERROR_CHARS = 400
-# seconds to wait for a killed worker's output pipe to close
+# seconds to wait for a killed worker's output pipe to close, or for a worker that closed it to exit
 KILL_WAIT_S = 10.0
 # seconds between checks whether the worker has exited while its output pipe stays open (left-over children)
 POLL_S = 0.5
+# A round without --timeout-s stops at this multiple of the expected round time, and never before the floor:
+# a round slowed tenfold by a busy machine (load 10-20 on 2 cores) still finishes, a hung one ends. Our choice.
+ROUND_TIMEOUT_FACTOR = 10.0
+ROUND_TIMEOUT_FLOOR_S = 120.0
+# The limit while nothing is measured yet (the first round before its first step: imports, data set-up,
+# compilation), finite so no round waits forever. Our choice, generous: --timeout-s sets another.
+STARTUP_TIMEOUT_S = 1800.0
+# the worker dies with the parent that started it (Linux): the parent's pid, checked by the worker
+PARENT_ENV = "LIGHTNING_PERF_TRIAL_PARENT"
+# the signals that end a round's process group before the parent goes
+ENDING_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 def protocol_line(kind: str, text: str = "") -> str:
-    """A line the worker prints for the parent: ``progress K N``, ``error MESSAGE`` or ``done``."""
+    """A line the worker prints for the parent: ``progress K N``, ``error MESSAGE``, ``done``, ..."""
     return f"{PROTOCOL_PREFIX}{kind} {text}".rstrip()
 
 
@@ -60,6 +82,117 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
+class Terminated(SystemExit):
+    """SIGTERM or SIGHUP reached the parent during a round: the worker's process group was killed first; the
+    parent exits with 128 + the signal (143 for SIGTERM), as a shell reports a process ended by it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+@dataclass
+class RoundLimits:
+    """What bounds the rounds of one trial (share one object between them).
+
+    ``timeout_s`` (``--timeout-s``) wins when given. Else a round stops at :data:`ROUND_TIMEOUT_FACTOR` times
+    its expected time, never before :data:`ROUND_TIMEOUT_FLOOR_S`: the expected time is the longer of the one
+    known before (``expected_s``, e.g. tune's diagnosis fit, described by ``expected_from``; replaced by the
+    first round that finishes) and the running round's own pace; :data:`STARTUP_TIMEOUT_S` while neither is
+    known. ``budget_deadline`` (a ``time.monotonic()`` time, named by ``budget_label``) stops a running round and
+    starts none after it.
+    """
+
+    timeout_s: float | None = None
+    expected_s: float | None = None
+    expected_from: str = ""
+    budget_deadline: float | None = None
+    budget_label: str = "the budget"
+    rounds_recorded: int = 0
+
+    def record(self, name: str, wall_s: float) -> None:
+        """A round of ``name`` finished in ``wall_s`` seconds: the first one sets the expected round time."""
+        if self.rounds_recorded == 0:
+            self.expected_s, self.expected_from = wall_s, f"the first finished round, {name}"
+        self.rounds_recorded += 1
+
+    @property
+    def exhausted(self) -> bool:
+        """The budget is spent: no round should start."""
+        return self.budget_deadline is not None and time.monotonic() >= self.budget_deadline
+
+    def budget_note(self, rounds_done: int, rounds_planned: int) -> str:
+        """The note of a trial the budget cut short."""
+        return f"stopped at the budget ({self.budget_label}): {rounds_done} of {rounds_planned} rounds ran in full"
+
+    def limit(self, own: tuple[float, str] | None = None) -> tuple[float, str]:
+        """(seconds from a round's start, how they were set); ``own``: the running round's expected time and
+        how it was measured (None before its first step)."""
+        if self.timeout_s is not None:
+            return self.timeout_s, f"--timeout-s {self.timeout_s:g}"
+        known = [(self.expected_s, self.expected_from)] if self.expected_s is not None else []
+        expected = max([*known, *([own] if own is not None else [])], default=None)
+        if expected is None:
+            return STARTUP_TIMEOUT_S, (
+                f"no --timeout-s and no step measured yet: {STARTUP_TIMEOUT_S:g} s for the start-up"
+            )
+        factor, floor = ROUND_TIMEOUT_FACTOR, ROUND_TIMEOUT_FLOOR_S  # read now: tests may change them
+        return max(floor, factor * expected[0]), (
+            f"no --timeout-s: {factor:g}x the expected round time of {expected[0]:.1f} s ({expected[1]}), "
+            f"at least {floor:g} s"
+        )
+
+
+@dataclass
+class RoundReport:
+    """What :func:`run_worker` saw of one round; pass one in to have it filled."""
+
+    wall_s: float = 0.0
+    limit_s: float | None = None  # the limit the round ran under at its end (seconds from its start), and how
+    limit_why: str = ""
+    stopped: str | None = None  # "timeout" or "budget" when the runner stopped the round
+    progress: tuple[int, int] | None = None  # the last step reported, of how many
+    disturbed: str | None = None  # what else used the machine, when it disturbed the round (see disturbance)
+
+
+def own_pace(points: Sequence[tuple[float, int, int]]) -> tuple[float, str] | None:
+    """A round's expected duration from its own reports, (seconds since its start, step K, of N): the time to
+    the last step reported plus the steps left at the pace since the first (None before its first step)."""
+    stepped = [p for p in points if p[1] >= 1]
+    if not stepped:
+        return None
+    started = next((t for t, k, _ in points if k == 0), 0.0)  # training began: start-up before it
+    (first, k1, _), (last, k, steps) = stepped[0], stepped[-1]
+    per_step = (last - first) / (k - k1) if k > k1 else (first - started) / k1
+    return last + max(steps - k, 0) * per_step, (
+        f"this round's pace: {1000.0 * per_step:.0f} ms a step over {steps} steps after {started:.1f} s of "
+        "start-up"
+    )
+
+
+def disturbance(summary: RunSummary) -> str | None:
+    """What else used the machine while a round measured, when ``noisy_machine`` calls it disturbed (others on
+    10% of the cores or more, steal, GPU clocks held down); None for a quiet or unrecorded machine."""
+    from lightning_perf.analysis.rules.noise import noisy_machine
+
+    machine = summary.machine
+    if machine is None or noisy_machine(summary, None) is None:
+        return None
+    parts = []
+    if machine.other_cores is not None and machine.cpu_count:
+        share = 100.0 * machine.other_cores / machine.cpu_count
+        parts.append(
+            f"other processes used {machine.other_cores:.1f} of {machine.cpu_count} cores ({share:.0f}%)"
+        )
+    if machine.steal_pct:
+        parts.append(f"steal {machine.steal_pct:.0f}%")
+    if machine.load_avg_1m is not None:
+        parts.append(f"load average {machine.load_avg_1m:.1f}")
+    if machine.gpu_slowdown_pct:
+        parts.append("the GPU's clocks held down")
+    return ", ".join(parts) or "the machine was busy"
+
+
 def run_worker(
     command: Sequence[str],
     stdin_text: str,
@@ -67,14 +200,29 @@ def run_worker(
     timeout_s: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     env: dict[str, str] | None = None,
+    limits: RoundLimits | None = None,
+    report: RoundReport | None = None,
+    on_limit: Callable[[float, str], None] | None = None,
 ) -> str | None:
     """Run one worker process to the end; ``None`` when it reported ``done``, else a one-line error.
 
-    Its output (stdout and stderr) goes to ``log_path``; protocol lines are acted on. On timeout or when
-    the caller is interrupted, the worker and its process group (DataLoader workers) are killed.
+    Its output (stdout and stderr) goes to ``log_path``; protocol lines are acted on. ``timeout_s`` (the user's)
+    or ``limits`` (shared by a trial's rounds; a fresh one when None) bound the round; ``on_limit(seconds, why)``
+    hears the limit whenever it changes; ``report`` is filled with what the round saw. However the round ends,
+    the worker and its process group (DataLoader workers) are ended with it.
     """
+    limits = limits if limits is not None else RoundLimits()
+    if timeout_s is not None:
+        limits = dataclasses.replace(limits, timeout_s=timeout_s)
+    report = report if report is not None else RoundReport()
+    if limits.exhausted:
+        report.stopped = "budget"
+        return f"not run: the budget ({limits.budget_label}) is spent"
     posix = os.name == "posix"
-    with open(log_path, "w", encoding="utf-8") as log:
+    env = {**(env if env is not None else os.environ), PARENT_ENV: str(os.getpid())}
+    started = time.monotonic()
+    running: list[subprocess.Popen[str]] = []
+    with open(log_path, "w", encoding="utf-8") as log, _group_ended_on_signals(running):
         proc = subprocess.Popen(
             list(command),
             stdin=subprocess.PIPE,
@@ -86,6 +234,7 @@ def run_worker(
             env=env,
             start_new_session=posix,  # its own process group: a kill reaches its DataLoader workers too
         )
+        running.append(proc)
         lines: queue.Queue[str | None] = queue.Queue()
         reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
         reader.start()
@@ -95,22 +244,22 @@ def run_worker(
             proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass  # the worker died at start; its output and exit code say why
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         error: str | None = None
-        done = timed_out = False
+        done = False
         last_output = ""
-        last_progress: tuple[int, int] | None = None
+        points: list[tuple[float, int, int]] = []
         stragglers_killed = False
         try:
+            limit_s, why = _set_limit(limits, None, report, on_limit)
             while True:
-                wait = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
+                ends = min(started + limit_s, limits.budget_deadline or math.inf)
                 try:
-                    line = lines.get(timeout=wait)
+                    line = lines.get(timeout=min(POLL_S, max(0.0, ends - time.monotonic())))
                 except queue.Empty:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        timed_out = True
+                    if time.monotonic() >= ends:
+                        report.stopped = "timeout" if started + limit_s <= ends else "budget"
                         break
-                    if proc.poll() is not None and not stragglers_killed:
+                    if _exited(proc) and not stragglers_killed:
                         # the worker is gone but a child of it still holds the pipe open: end it too
                         _kill(proc, posix)
                         stragglers_killed = True
@@ -122,26 +271,34 @@ def run_worker(
                     last_output = line.strip() or last_output
                     continue
                 kind, _, text = line[len(PROTOCOL_PREFIX) :].strip().partition(" ")
-                if kind == "progress":
-                    numbers = text.split()
-                    if len(numbers) == 2 and all(n.isdigit() for n in numbers):
-                        last_progress = (int(numbers[0]), int(numbers[1]))
-                        if on_progress is not None:
-                            on_progress(*last_progress)
+                numbers = text.split()
+                if kind in ("progress", "pace") and len(numbers) == 2 and all(n.isdigit() for n in numbers):
+                    done_steps, steps = int(numbers[0]), int(numbers[1])
+                    points.append((time.monotonic() - started, done_steps, steps))
+                    report.progress = max(report.progress or (0, steps), (done_steps, steps))
+                    if kind == "progress" and on_progress is not None:
+                        on_progress(done_steps, steps)
+                    limit_s, why = _set_limit(limits, own_pace(points), report, on_limit)
+                elif kind == "disturbed":
+                    report.disturbed = text
                 elif kind == "error":
                     error = text
                 elif kind == "done":
                     done = True
-        except BaseException:
-            _kill(proc, posix)
-            raise
-        if timed_out:
-            _kill(proc, posix)
+            if report.stopped is None:
+                _wait_exited(proc)  # its output is closed: it is ending, let it
+        finally:
+            _kill(proc, posix)  # the round is over: whatever is left of its process group goes with it
         returncode = proc.wait()
         reader.join(KILL_WAIT_S)
-    if timed_out:
-        at = f" at step {last_progress[0]}/{last_progress[1]}" if last_progress else ""
-        return f"timed out after {timeout_s:g} s{at}; the worker was stopped"
+    report.wall_s = time.monotonic() - started
+    at = f" at step {report.progress[0]}/{report.progress[1]}" if report.progress else ""
+    if report.stopped == "budget":
+        return f"stopped at the budget ({limits.budget_label}) after {report.wall_s:.0f} s{at}; the worker was stopped"
+    if report.stopped == "timeout":
+        if limits.timeout_s is not None:
+            return f"timed out after {limits.timeout_s:g} s{at}; the worker was stopped"
+        return f"timed out after {limit_s:.0f} s{at}; the worker was stopped ({why})"
     if error:
         return error
     if returncode != 0:
@@ -149,7 +306,60 @@ def run_worker(
         return f"the worker exited with {_describe_returncode(returncode)}{tail}"
     if not done:
         return "the worker ended without reporting a result"
+    run = os.path.normpath(os.path.abspath(log_path)).split(os.sep)[-3:-1]  # variant, round_N
+    limits.record("/".join(run), report.wall_s)
     return None
+
+
+def _set_limit(
+    limits: RoundLimits,
+    own: tuple[float, str] | None,
+    report: RoundReport,
+    on_limit: Callable[[float, str], None] | None,
+) -> tuple[float, str]:
+    limit_s, why = limits.limit(own)
+    if limit_s != report.limit_s and on_limit is not None:
+        on_limit(limit_s, why)
+    report.limit_s, report.limit_why = limit_s, why
+    return limit_s, why
+
+
+@contextlib.contextmanager
+def _group_ended_on_signals(running: list[subprocess.Popen[str]]) -> Iterator[None]:
+    """While a round runs: SIGINT, SIGTERM and SIGHUP kill the worker's process group first, then do what they
+    did before (SIGINT: KeyboardInterrupt; a Python handler: called), else end the parent (:class:`Terminated`).
+    Signals the parent ignores (``nohup``) stay ignored; outside the main thread nothing is installed."""
+    if os.name != "posix" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        for proc in running:
+            _kill(proc, True)
+        old = previous.get(signum)
+        if callable(old):
+            old(signum, frame)
+            return
+        name = signal.Signals(signum).name
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"lightning-perf: {name}: the running worker and its processes were stopped", file=sys.stderr
+            )
+        raise Terminated(signum)
+
+    for name in ENDING_SIGNALS:
+        signum = getattr(signal, name, None)
+        old = signal.getsignal(signum) if signum is not None else None
+        if signum is None or old is None or old == signal.SIG_IGN:
+            continue  # ignored (nohup) or set outside Python: left alone
+        previous[signum] = old
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _pump(stream: IO[str] | None, lines: queue.Queue[str | None]) -> None:
@@ -161,7 +371,28 @@ def _pump(stream: IO[str] | None, lines: queue.Queue[str | None]) -> None:
         lines.put(None)
 
 
+def _exited(proc: subprocess.Popen[str]) -> bool:
+    """Whether the worker has exited, without reaping it: its pid, the id of its process group, stays taken
+    until the group is killed, so the kill cannot reach a process that reused the number."""
+    if proc.returncode is not None:
+        return True
+    if not hasattr(os, "waitid"):
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_exited(proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + KILL_WAIT_S
+    while not _exited(proc) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _kill(proc: subprocess.Popen[str], posix: bool) -> None:
+    if proc.returncode is not None:
+        return  # reaped: its number may be another process's now
     try:
         if posix:
             os.killpg(proc.pid, signal.SIGKILL)

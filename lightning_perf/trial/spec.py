@@ -5,6 +5,7 @@ Pure data and validation; nothing here imports Lightning or starts a process.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,13 +16,16 @@ from typing import TYPE_CHECKING, Any
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.analysis.verdicts.comparison import Comparison
-from lightning_perf.analysis.verdicts.comparison_render import render_markdown, render_text, to_json
+from lightning_perf.analysis.verdicts.comparison_render import to_json
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
+from lightning_perf.trial.rendering import disturbed_rounds, render_trial, trial_plan
 
 if TYPE_CHECKING:
     from lightning.pytorch import LightningDataModule, LightningModule
     from torch.utils.data import DataLoader
+
+    from lightning_perf.trial.runner import RoundReport
 
 DEFAULT_LOG_DIR = "perf_logs"
 COMPARISON_FILENAME = "comparison.json"
@@ -90,6 +94,9 @@ class VariantResult:
     log_path: str | None = None
     rounds: list[RunSummary] = field(default_factory=list)
     round_dirs: list[str] = field(default_factory=list)
+    # what the runner saw of each round run in a worker (its limit, a stop, a disturbance); to_dict keeps the
+    # disturbed rounds only
+    round_reports: list[RoundReport] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -137,35 +144,11 @@ class TrialResult:
         return [v for v in self.variants if not v.ok]
 
     def render(self, fmt: str = "text") -> str:
-        """The report: how it was measured, notes, the comparison table and the failed variants."""
-        markdown = fmt == "markdown"
-        lines = [f"> {self.plan()}" if markdown else self.plan()]
-        lines += [f"> note: {n}" if markdown else f"note: {n}" for n in self.notes]
-        if lines:
-            lines.append("")
-        text = "\n".join(lines)
-        if self.comparison is not None:
-            text += render_markdown(self.comparison) if markdown else render_text(self.comparison)
-        if self.failed:
-            title = "**Failed variants (not compared):**" if markdown else "failed variants (not compared):"
-            rows = [title]
-            for v in self.failed:
-                log = f" (log: {v.log_path})" if v.log_path else ""
-                rows.append(f"- `{v.name}`: {v.error}{log}" if markdown else f"  {v.name}: {v.error}{log}")
-            text += ("\n" if text else "") + "\n".join(rows) + "\n"
-        return text
+        """The report: how it was measured, notes (disturbed rounds too), the comparison table, the failures."""
+        return render_trial(self, fmt)
 
     def plan(self) -> str:
-        order = " ".join(v.name for v in self.variants[:3]) + (" ..." if len(self.variants) > 3 else "")
-        rounds = (
-            f"{self.repeats} interleaved rounds ({order}, the order rotated each round)"
-            if self.repeats > 1
-            else "one round"
-        )
-        return (
-            f"trial {self.name}: {len(self.variants)} variants x {rounds}, {self.steps} timed steps each after "
-            f"{self.warmup_steps} warm-up steps"
-        )
+        return trial_plan(self)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: every variant's status and error, and the comparison (``compare.to_json``)."""
@@ -190,6 +173,7 @@ class TrialResult:
                     "mean_step_ms": v.mean_step_ms,
                     "median_step_ms": v.median_step_ms,
                     "overrides": {key: value for key, value in v.overrides},
+                    "disturbed_rounds": [{"round": i, "line": text} for i, text in disturbed_rounds(v)],
                 }
                 for v in self.variants
             ],
@@ -273,6 +257,59 @@ def check_override_value(text: str, key: str, value: str) -> None:
         raise TrialError(
             f"--variant {text!r}: the value of {key} ({value!r}) does not parse as YAML: {problem}"
         ) from None
+
+
+def times_nothing(key: str, value: Any) -> str | None:
+    """Why the Trainer setting ``key`` at ``value`` leaves a round with no timed step (``fast_dev_run: true``,
+    ``limit_train_batches: 0``...), or None. An epoch's first batch is always timed apart, as start-up."""
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if key == "fast_dev_run" and (value is True or (isinstance(number, int) and number >= 1)):
+        return "runs a few batches with the logger off, so no step is timed"
+    if key == "limit_train_batches" and number == 0:
+        return "runs no training batch"
+    if key in ("limit_train_batches", "overfit_batches") and isinstance(number, int) and number == 1:
+        return "makes epochs of one batch, and an epoch's first batch is timed apart as start-up: no step is timed"
+    if key in ("max_steps", "max_epochs") and number == 0:
+        return "trains nothing, so no step is timed"
+    if key == "max_time" and (
+        number == 0
+        or (isinstance(value, str) and re.fullmatch(r"[0:]+", value.strip()))
+        or (isinstance(value, dict) and not any(value.values()))
+    ):
+        return "stops the fit before its first step"
+    return None
+
+
+def check_timed_settings(
+    configs: Sequence[str], variants: Sequence[tuple[str, list[tuple[str, str]]]]
+) -> None:
+    """Refuse, by name, a Trainer setting of the configs (the last to set it wins) or of a variant's overrides
+    (values already checked as YAML) that times no step (:func:`times_nothing`): the rounds would measure nothing."""
+    import yaml
+
+    found: dict[str, tuple[str, str, Any]] = {}  # key -> (where, as written, value)
+    for path in configs:
+        with open(path, encoding="utf-8") as fh:  # check_configs read it already
+            trainer = (yaml.safe_load(fh) or {}).get("trainer")
+        for key, value in (trainer if isinstance(trainer, dict) else {}).items():
+            found[key] = (f"--config {path}", f"trainer.{key}: {json.dumps(value, default=str)}", value)
+    checks = [(f"{where}:", text, key, value, "the config") for key, (where, text, value) in found.items()]
+    checks += [
+        (
+            f"--variant {name!r}:",
+            f"{key}={text}",
+            key.removeprefix("trainer."),
+            yaml.safe_load(text),
+            "the variant",
+        )
+        for name, overrides in variants
+        for key, text in overrides
+        if key.startswith("trainer.")
+    ]
+    for where, text, key, value, place in checks:
+        why = times_nothing(key, value)
+        if why is not None:
+            raise TrialError(f"{where} {text} {why}; leave it out of {place} to measure it")
 
 
 def check_log_dir(experiment_dir: str, label: str) -> None:

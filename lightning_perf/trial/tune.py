@@ -6,10 +6,19 @@
    plus their combination; changes that need code, that a trial cannot measure or that alter what is learned
    (unless allowed) are listed, never applied.
 3. **Measure**: the baseline and the candidates in interleaved, rotated rounds (:func:`run_cli_trial`), as
-   many rounds as the time budget allows (at least two, or it says the budget is too small).
+   many rounds as the time budget allows (at least two, or it says the budget is too small). The budget bounds
+   every fit: a round still running when it is spent is stopped and dropped, no round starts after it, and
+   the rounds every variant ran in full are kept (a note says so); a round that hangs stops at a limit
+   derived from the expected round time (:class:`~lightning_perf.trial.runner.RoundLimits`).
 4. **Decide and write** (:mod:`~lightning_perf.trial.decision`, :mod:`~lightning_perf.trial.tuned_config`): the
    fastest candidate whose speed-up interval lies above 1, written as ``CFG.tuned.yaml`` beside the config,
-   or "keep your config". The user's file is only read.
+   or "keep your config". The user's file is only read. When the variants differ in batch size, speed is
+   samples a second, not step time; a batch-size change alters what is learned, so it is measured only when
+   allowed (``allow_semantic``), the user's own ``--variant`` too, and always labelled a semantic change.
+
+Before any fit (:func:`preflight`): the tuned file's folder takes a file, an existing ``CFG.tuned.yaml`` is
+replaced only with ``overwrite``, and no setting of the config or of a variant leaves the rounds with nothing
+to time (``fast_dev_run``, ``limit_train_batches: 0``...).
 """
 
 from __future__ import annotations
@@ -23,18 +32,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_perf.analysis.summary import Finding, RunSummary, SummaryError
-from lightning_perf.trial.api import run_cli_trial
-from lightning_perf.trial.decision import METHOD, Decision, Speed, choose, speeds_from_trial
+from lightning_perf.atomic_file import describe_os_error
+from lightning_perf.trial.api import BATCH_SIZES_NOTE, run_cli_trial
+from lightning_perf.trial.decision import (
+    METHOD,
+    METHOD_PER_SAMPLE,
+    Decision,
+    Speed,
+    choose,
+    judge_batch_sizes,
+    speeds_from_trial,
+)
 from lightning_perf.trial.progress import Progress
-from lightning_perf.trial.proposals import Candidate, Proposal, Unapplied, propose
-from lightning_perf.trial.runner import run_worker, worker_env
+from lightning_perf.trial.proposals import (
+    SEMANTIC_LABEL,
+    Candidate,
+    Proposal,
+    Unapplied,
+    changes_batch_size,
+    propose,
+    semantic_label,
+)
+from lightning_perf.trial.rendering import disturbance_notes
+from lightning_perf.trial.runner import RoundLimits, RoundReport, run_worker, worker_env
 from lightning_perf.trial.spec import (
     DEFAULT_WARMUP_STEPS,
     WORKER_LOG_FILENAME,
     WORKER_MODULE,
+    TrialError,
     TrialResult,
+    check_configs,
+    check_log_dir,
+    check_timed_settings,
 )
-from lightning_perf.trial.tuned_config import write_tuned
+from lightning_perf.trial.tuned_config import check_tuned_output, write_tuned
 
 TUNE_SCHEMA_NAME = "lightning-perf/tune"
 TUNE_SCHEMA_VERSION = 1
@@ -51,11 +82,6 @@ DIAGNOSIS_MIN_STEPS = 20
 DIAGNOSIS_PROBE_BUDGET_S = 5.0
 # Fewest rounds that give an interval at all (one degree of freedom for the paired t-interval).
 MIN_ROUNDS = 2
-# A measured run is stopped (and reported as failed) past this multiple of the diagnosis-based estimate, or
-# this many seconds, whichever is longer: a hang must not eat the budget, a slow start on a busy machine must
-# not fail a candidate. Our choice.
-RUN_TIMEOUT_FACTOR = 5.0
-MIN_RUN_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -75,6 +101,9 @@ class TuneResult:
     notes: list[str] = field(default_factory=list)
     rounds: int = 0
     diagnosis_error: str | None = None
+    method: str = METHOD  # METHOD_PER_SAMPLE when the variants differ in batch size
+    # the tuned config was chosen but could not be written (path and errno): the command fails
+    write_error: str | None = None
 
     def render(self) -> str:
         lines = [f"tune {self.config}: diagnosis under {os.path.join(self.experiment_dir, DIAGNOSIS)}"]
@@ -98,9 +127,12 @@ class TuneResult:
                 f"  {s.describe()}" + (f" (log: {logs[s.name]})" if s.name in logs else "")
                 for s in self.speeds
             ]
-            lines.append(f"  method: {METHOD}")
-        lines += [f"note: {n}" for n in [*self.notes, *(self.trial.notes if self.trial else [])]]
+            lines.append(f"  method: {self.method}")
+        trial_notes = [*self.trial.notes, *disturbance_notes(self.trial.variants)] if self.trial else []
+        lines += [f"note: {n}" for n in [*self.notes, *trial_notes]]
         lines.append(f"verdict: {self.decision.line}")
+        if self.write_error:
+            lines.append(f"error: {self.write_error}")
         if self.tuned_path:
             lines.append(f"wrote {self.tuned_path} (your config is unchanged):")
             lines.append(self.diff.rstrip("\n"))
@@ -118,13 +150,14 @@ class TuneResult:
             "not_tried": [u.to_dict() for u in self.unapplied],
             "rounds": self.rounds,
             "speeds": [s.to_dict() for s in self.speeds],
-            "method": METHOD,
+            "method": self.method,
             "decision": {
                 "winner": self.decision.winner,
                 "line": self.decision.line,
                 "judged": self.decision.judged,
             },
             "tuned_config": self.tuned_path,
+            "write_error": self.write_error,
             "diff": self.diff,
             "notes": list(self.notes),
             "trial": self.trial.to_dict() if self.trial is not None else None,
@@ -155,6 +188,29 @@ def free_experiment(log_dir: str, stem: str) -> str:
     return name
 
 
+def preflight(
+    config: str,
+    cli: str | None,
+    experiment_dir: str,
+    extra: list[tuple[str, list[tuple[str, str]]]],
+    allow_semantic: bool,
+    overwrite: bool,
+) -> None:
+    """What can fail the tune without a fit, checked before the first one (raises :class:`TrialError`): the
+    config and the variants time something, a batch-size variant is allowed, every output can be written."""
+    check_configs([config], cli)
+    check_timed_settings([config], extra)
+    for own, overrides in extra:
+        keys = [key for key, _ in overrides if changes_batch_size(key)]
+        if keys and not allow_semantic:
+            raise TrialError(
+                f"--variant {own!r}: {keys[0]} changes the batch size, a semantic change (it alters what is "
+                "learned); pass --allow-semantic-changes to measure it (judged on samples a second)"
+            )
+    check_log_dir(experiment_dir, "--log-dir/--name")
+    check_tuned_output(config, overwrite)
+
+
 def run_tune(
     config: str,
     steps: int = DEFAULT_STEPS,
@@ -166,21 +222,31 @@ def run_tune(
     allow_semantic: bool = False,
     extra: list[tuple[str, list[tuple[str, str]]]] | None = None,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    overwrite: bool = False,
 ) -> TuneResult:
-    """Diagnose, propose, measure, decide; arguments are checked by the caller (``lightning_perf.cli.tune``).
+    """Diagnose, propose, measure, decide; arguments are checked by the caller (``lightning_perf.cli.tune``),
+    what can fail without a fit here, first (:func:`preflight`, raises :class:`TrialError`).
 
-    ``extra``: the user's own candidates (name, overrides), measured with the proposed ones, never combined.
+    ``extra``: the user's own candidates (name, overrides), measured with the proposed ones, never combined; one
+    that sets the batch size only with ``allow_semantic``. ``overwrite``: replace an existing ``CFG.tuned.yaml``.
     A ``KeyboardInterrupt`` stops the running worker (its process group) and propagates; the rounds done stay
     on disk under the experiment folder.
     """
     started = time.monotonic()
     name = name or free_experiment(log_dir, os.path.splitext(os.path.basename(config))[0])
+    preflight(config, cli, os.path.join(log_dir, name), extra or [], allow_semantic, overwrite)
     result = TuneResult(config, os.path.join(log_dir, name))
+    # the budget bounds every fit: the diagnosis's, and each measured round's (stopped at it, none after it)
+    deadline = None if budget_s is None else started + budget_s
+    budget_label = "the budget" if budget_s is None else f"--budget-s {budget_s:g}"
     diag_steps = max(steps, DIAGNOSIS_MIN_STEPS) + warmup_steps
-    summary, targets, wall_s, error = _diagnose(config, cli, diag_steps, log_dir, name, budget_s)
+    diag_limits, diag_report = RoundLimits(budget_deadline=deadline, budget_label=budget_label), RoundReport()
+    summary, targets, wall_s, error = _diagnose(
+        config, cli, diag_steps, log_dir, name, diag_limits, diag_report
+    )
     if summary is None:
         result.diagnosis_error = error
-        if budget_s is not None and error and error.startswith("timed out"):
+        if budget_s is not None and diag_report.stopped == "budget":
             result.notes.append(
                 f"the budget (--budget-s {budget_s:g}) is too small for any verdict: the diagnosis fit alone "
                 "did not finish in it"
@@ -193,7 +259,14 @@ def run_tune(
     for own, overrides in extra or []:  # the user's own candidates, renamed where a proposal took the name
         own = own if own not in {c.name for c in result.candidates} else f"{own}_own"
         changes = {key: _yaml_value(value) for key, value in overrides}
-        result.candidates.append(Candidate(own, own, list(overrides), changes, findings=["--variant"]))
+        semantic = any(changes_batch_size(key, targets) for key in changes)
+        if semantic and not allow_semantic:  # the batch size under a key of the project's own naming
+            result.unapplied.append(
+                Unapplied(own, own, SEMANTIC_LABEL, "pass --allow-semantic-changes to measure it", changes)
+            )
+            continue
+        label = semantic_label(own) if semantic else own
+        result.candidates.append(Candidate(own, label, list(overrides), changes, semantic, ["--variant"]))
     if not result.candidates:
         result.decision = Decision(
             None, "keep your config: the diagnosis found no change to try in the config"
@@ -230,32 +303,56 @@ def run_tune(
         steps,
         log_dir,
         name,
-        timeout_s=max(RUN_TIMEOUT_FACTOR * run_s, MIN_RUN_TIMEOUT_S),
         repeats=rounds,
         warmup_steps=warmup_steps,
         cli=cli,
+        limits=RoundLimits(
+            expected_s=run_s,
+            expected_from=f"the diagnosis fit, {wall_s:.0f} s",
+            budget_deadline=deadline,
+            budget_label=budget_label,
+        ),
     )
+    result.rounds = result.trial.repeats  # fewer when the budget ran out (the trial's note says so)
     base = result.trial.variants[0]
-    result.speeds = speeds_from_trial(result.trial, {c.name: c.label for c in result.candidates}, BASELINE)
+    per_sample, barred, notes = judge_batch_sizes(result.trial, result.candidates, BASELINE, allow_semantic)
+    result.method, result.notes = METHOD_PER_SAMPLE if per_sample else METHOD, result.notes + notes
+    if per_sample:  # tune's own note says how it judged: the trial's advice to compare samples/s goes
+        result.trial.notes = [n for n in result.trial.notes if not n.startswith(BATCH_SIZES_NOTE)]
+    labels = {c.name: c.label for c in result.candidates}
+    result.speeds = speeds_from_trial(result.trial, labels, BASELINE, per_sample=per_sample)
+    if result.rounds == 0:
+        result.decision = Decision(
+            None, "no verdict: the budget ran out before a full round; keep your config", judged=False
+        )
+        return result
     if not base.ok:
         result.decision = Decision(
             None, f"no verdict: the baseline failed ({base.error}); keep your config", judged=False
         )
         return result
-    result.decision = choose(result.speeds)
+    result.decision = choose([s for s in result.speeds if s.name not in barred])
     winner = next((c for c in result.candidates if c.name == result.decision.winner), None)
     if winner is not None:
         try:
-            result.tuned_path, result.diff = write_tuned(config, winner.changes)
+            result.tuned_path, result.diff = write_tuned(config, winner.changes, overwrite)
         except OSError as err:
-            result.notes.append(f"could not write the tuned config: {err.strerror or err}")
+            where = err.filename or config
+            result.write_error = f"could not write the tuned config {where}: {describe_os_error(err)}"
     return result
 
 
 def _diagnose(
-    config: str, cli: str | None, steps: int, log_dir: str, experiment: str, budget_s: float | None
+    config: str,
+    cli: str | None,
+    steps: int,
+    log_dir: str,
+    experiment: str,
+    limits: RoundLimits,
+    report: RoundReport,
 ) -> tuple[RunSummary | None, dict[str, Any], float, str | None]:
-    """The diagnosis fit in a worker: its summary, the config targets, its wall time, or its error."""
+    """The diagnosis fit in a worker, bounded by ``limits``: its summary, the config targets, its wall time,
+    or its error; ``report`` is filled with what the runner saw (``stopped``: "budget", "timeout" or None)."""
     run_dir = os.path.join(log_dir, experiment, DIAGNOSIS)
     os.makedirs(run_dir, exist_ok=True)
     targets_path = os.path.join(run_dir, TARGETS_FILENAME)
@@ -279,9 +376,11 @@ def _diagnose(
             [sys.executable, "-m", WORKER_MODULE],
             json.dumps(spec),
             os.path.join(run_dir, WORKER_LOG_FILENAME),
-            timeout_s=budget_s,
             on_progress=progress.step,
             env=worker_env(),
+            limits=limits,
+            report=report,
+            on_limit=progress.limit,
         )
     finally:
         progress.close()

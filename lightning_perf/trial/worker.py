@@ -2,17 +2,21 @@
 
 ``python -m lightning_perf.trial.worker`` is started by :mod:`lightning_perf.trial.api` once per variant. It reads
 a JSON spec on stdin (configs, overrides, steps, log dir, experiment, variant), builds the Lightning CLI from
-it, fits, and prints protocol lines for the parent on stdout: ``progress K N``, then ``done`` or
-``error MESSAGE``. :func:`fit_variant` does the same in-process for :func:`lightning_perf.trial.api.run_trial`.
+it, fits, and prints protocol lines for the parent on stdout: ``pace K N`` (training began, the first step) and
+``progress K N`` (the parent derives its time limit from them), ``disturbed TEXT`` when others used the machine
+while it measured, then ``done`` or ``error MESSAGE``. On Linux it dies with the parent that started it.
+:func:`fit_variant` does the same in-process for :func:`lightning_perf.trial.api.run_trial`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import json
 import math
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,10 +30,10 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from typing_extensions import override
 
 from lightning_perf import console
-from lightning_perf.analysis.summary import SUMMARY_FILENAME
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.callback import PerfCallback
 from lightning_perf.trial import targets
-from lightning_perf.trial.runner import describe_error, protocol_line
+from lightning_perf.trial.runner import PARENT_ENV, describe_error, disturbance, protocol_line
 
 if TYPE_CHECKING:
     from lightning_perf.trial.spec import Variant
@@ -62,20 +66,33 @@ _SAID: set[str] = set()
 
 
 class TrialProgress(Callback):
-    """Calls ``report(step, steps)`` about every 10% of the steps (``trainer.global_step``) and at the end."""
+    """Calls ``report(step, steps)`` about every 10% of the steps (``trainer.global_step``) and at the end, and
+    ``pace(0, steps)`` as training begins and ``pace(step, steps)`` after the first step when ``report`` is not
+    called there (the parent's time limit needs the start-up and the pace early)."""
 
-    def __init__(self, steps: int, report: Report) -> None:
+    def __init__(self, steps: int, report: Report, pace: Report | None = None) -> None:
         super().__init__()
         self.steps = steps
         self.report = report
+        self.pace = pace
         self.every = max(1, math.ceil(steps / PROGRESS_REPORTS))
         self.next_step: float = min(self.every, steps)
+        self.paced = False
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.pace is not None:
+            self.pace(0, self.steps)
 
     @override
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
+        if self.pace is not None and not self.paced and step >= 1:
+            self.paced = True
+            if step < self.next_step:
+                self.pace(step, self.steps)
         if step >= self.next_step:
             self.report(step, self.steps)
             # the next multiple of `every`, and the last step always
@@ -85,7 +102,11 @@ class TrialProgress(Callback):
 
 
 def prepare_trainer(
-    trainer: Trainer, steps: int, report: Report, perf_kwargs: dict[str, Any] | None = None
+    trainer: Trainer,
+    steps: int,
+    report: Report,
+    perf_kwargs: dict[str, Any] | None = None,
+    pace: Report | None = None,
 ) -> PerfCallback:
     """Ready a variant's Trainer: its PerfCallback (the user's, arguments kept, or a new one), the progress,
     and no checkpoint or early-stopping callback: a trial saves nothing and runs no validation to stop on."""
@@ -103,7 +124,7 @@ def prepare_trainer(
         callbacks.append(perf)
     elif perf_kwargs:
         raise ValueError("callback_kwargs are given but the callbacks already hold a PerfCallback; use one")
-    trainer.callbacks = [*callbacks, TrialProgress(steps, report)]
+    trainer.callbacks = [*callbacks, TrialProgress(steps, report, pace)]
     return perf
 
 
@@ -224,7 +245,7 @@ def resolve_cli(target: str | None) -> tuple[type[LightningCLI], dict[str, Any]]
     return TrialCLI, {"model_class": classes[0], "datamodule_class": classes[1]}
 
 
-def run_cli_variant(spec: dict[str, Any], report: Report) -> str:
+def run_cli_variant(spec: dict[str, Any], report: Report, pace: Report | None = None) -> str:
     """Build the Lightning CLI for one variant and fit it; returns its summary's path."""
     cli_class, classes = resolve_cli(spec.get("cli"))
     cli = cli_class(
@@ -240,7 +261,9 @@ def run_cli_variant(spec: dict[str, Any], report: Report) -> str:
     if spec.get("targets_path"):  # `tune`'s diagnosis: where the config can set each tunable setting
         targets.write(spec["targets_path"], cli.config, cli.model, cli.datamodule)
     own = any(isinstance(cb, PerfCallback) for cb in cli.trainer.callbacks)  # the user's arguments win
-    perf = prepare_trainer(cli.trainer, int(spec["steps"]), report, None if own else spec.get("perf_kwargs"))
+    perf = prepare_trainer(
+        cli.trainer, int(spec["steps"]), report, None if own else spec.get("perf_kwargs"), pace
+    )
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     run_dir = os.path.join(spec["log_dir"], spec["experiment"], run_version(spec))
     return finish_run(perf, run_dir)
@@ -250,15 +273,50 @@ def _say(kind: str, text: str = "") -> None:
     print(protocol_line(kind, text), flush=True)
 
 
+def die_with_parent() -> None:
+    """Linux: be killed when the parent that started this worker dies, however it dies (SIGKILL included),
+    so a worker never outlives its trial; its DataLoader workers follow it (they watch their parent)."""
+    parent = os.environ.pop(PARENT_ENV, None)  # this worker's own children are not told
+    if parent is None or not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent and not _alive(int(parent)):  # it died before the request was made
+        os._exit(128 + signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError):
+        return True  # it exists (another user's) or cannot be asked: assume alive
+    return True
+
+
 def main() -> int:
+    die_with_parent()
     try:
         spec = json.loads(sys.stdin.read())
-        run_cli_variant(spec, lambda done, steps: _say("progress", f"{done} {steps}"))
+        path = run_cli_variant(
+            spec,
+            lambda done, steps: _say("progress", f"{done} {steps}"),
+            lambda done, steps: _say("pace", f"{done} {steps}"),
+        )
     except (Exception, SystemExit) as err:
         traceback.print_exc()
         sys.stderr.flush()
         _say("error", describe_error(err))
         return 1
+    try:
+        disturbed = disturbance(RunSummary.load(path))
+    except Exception:  # the parent reads the summary itself and reports what is wrong with it
+        disturbed = None
+    if disturbed:
+        _say("disturbed", disturbed)
     _say("done")
     return 0
 
