@@ -42,7 +42,7 @@ RECORDED_STEPS = [[3, 4, 5], [8, 9, 10]]
 def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp_path, capsys):
     original = CONFIG.read_bytes()
 
-    assert resnet18_cifar10.main(["--smoke", "--log-dir", str(tmp_path)]) == 0
+    code = resnet18_cifar10.main(["--smoke", "--log-dir", str(tmp_path)])
 
     out = capsys.readouterr().out
     study = tmp_path / "resnet18_cifar10"
@@ -58,7 +58,13 @@ def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp
     diagnosis = RunSummary.load(runs / "diagnosis" / SUMMARY_FILENAME)
     assert diagnosis.timing.steps > 0
     proposed = [f for f in diagnosis.findings if f.settings_change]
-    assert proposed, [f.title for f in diagnosis.findings]
+    if not proposed:
+        # the smoke study's 8-image batches can be compute-bound, above all beside other jobs: then the tool found
+        # nothing to try, and the study says so instead of inventing an after
+        last = out.rstrip().splitlines()[-1]
+        assert code == 1 and last.startswith("case study verdict: not measured (keep your config"), out
+        return
+    assert code == 0, out
     candidates = out.split("candidates:")[1]
     for finding in proposed:  # every change the diagnosis asked for that the example can express is measured
         if "num_workers" in finding.settings_change or "batched_transforms" in finding.settings_change:
