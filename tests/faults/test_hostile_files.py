@@ -28,6 +28,7 @@ from lightning_perf.collect.profiling.capture_request import (
     write_request,
 )
 from lightning_perf.output.loggers import NO_LOGGER_DIR
+from tests.callback.test_long_runs import callback as long_runs_callback
 from tests.helpers import TinyModel, loader, trainer
 
 pytestmark = pytest.mark.slow
@@ -39,17 +40,8 @@ HARD_TIMEOUT = pytest.mark.timeout(120, method="thread")
 
 
 def quiet_callback(**kwargs) -> PerfCallback:
-    options = dict(
-        log_every_n_steps=WINDOW,
-        log_min_interval_s=0.0,
-        utilization=False,
-        probe_num_workers="never",
-        ab_cudnn_benchmark=False,
-        log_hparams=False,
-        diagnose=False,
-    )
-    options.update(kwargs)
-    return PerfCallback(**options)
+    """test_long_runs' quiet callback, with this file's window and no diagnosis."""
+    return long_runs_callback(**{"log_every_n_steps": WINDOW, "diagnose": False, **kwargs})
 
 
 def fit_with_request(tmp_path, make_request, caplog) -> tuple[PerfCallback, str, list[str]]:

@@ -135,23 +135,21 @@ def per_sample_ms(summary: RunSummary) -> tuple[float, str] | None:
 
 def _predicted_steps(candidates: Any) -> dict[int, float]:
     """num_workers -> the probe's predicted step in ms (compute + the wait overlap leaves), where it gave one."""
-    steps: dict[int, float] = {}
-    for candidate in candidates if isinstance(candidates, list) else []:
-        if not isinstance(candidate, dict):
-            continue
-        workers, step = candidate.get("num_workers"), _num(candidate.get("predicted_step_ms"))
-        if isinstance(workers, int) and not isinstance(workers, bool) and step is not None and step > 0:
-            steps[workers] = step
-    return steps
+    return _by_workers(candidates, "predicted_step_ms")
 
 
 def _rates(candidates: Any) -> dict[int, float]:
     """num_workers -> measured batches/s of the probe's candidates (failed or unmeasured ones left out)."""
-    rates: dict[int, float] = {}
+    return _by_workers(candidates, "batches_per_sec")
+
+
+def _by_workers(candidates: Any, field: str) -> dict[int, float]:
+    """num_workers -> the candidates' positive, finite ``field`` (a probe read back from JSON may hold anything)."""
+    values: dict[int, float] = {}
     for candidate in candidates if isinstance(candidates, list) else []:
         if not isinstance(candidate, dict):
             continue
-        workers, rate = candidate.get("num_workers"), _num(candidate.get("batches_per_sec"))
-        if isinstance(workers, int) and not isinstance(workers, bool) and rate is not None and rate > 0:
-            rates[workers] = rate
-    return rates
+        workers, value = candidate.get("num_workers"), _num(candidate.get(field))
+        if isinstance(workers, int) and not isinstance(workers, bool) and value is not None and value > 0:
+            values[workers] = value
+    return values
