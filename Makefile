@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   creates .venv and runs `lightning-perf tune` on the ResNet-18 example config (synthetic data)
 #   make test   creates .venv and runs lint + the test suite (what .ci/run calls)
+#   make docs   builds the documentation site (mkdocs.yml, docs/) into site/, failing on any warning
 #   make gpu-check  on a machine with one NVIDIA GPU: one pass/fail table of what the GPU side promises
 #                   (under 5 minutes; also written to $$OUT/gpu_check.txt and .json when OUT is set)
 VENV ?= .venv
@@ -14,13 +15,13 @@ LIGHTNING ?= 2.6.6
 # the other Lightning versions of the declared range (pyproject's `lightning>=2.4,<3`) that .ci/run tests
 LIGHTNING_MATRIX ?= 2.5.6 2.4.0
 
-.PHONY: venv demo gpu-check test test-lightning print-lightning print-lightning-matrix lint bench clean
+.PHONY: venv demo docs gpu-check test test-lightning print-lightning print-lightning-matrix lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[dev,examples,loggers]" lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
+	$(BIN)/pip install --quiet -e ".[dev,examples,loggers,docs]" lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
 	touch $@
 
 venv: $(BIN)/.installed
@@ -28,6 +29,9 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/pip install --quiet -e ".[examples]"
 	$(BIN)/python examples/resnet18_cifar10.py
+
+docs: venv
+	$(BIN)/mkdocs build --strict -d site
 
 gpu-check: venv
 	$(BIN)/python benchmarks/gpu_check.py
@@ -65,4 +69,4 @@ bench: venv
 	$(BIN)/python benchmarks/bench_traces.py
 
 clean:
-	rm -rf $(VENV) perf_logs lightning_logs .pytest_cache
+	rm -rf $(VENV) perf_logs lightning_logs .pytest_cache site

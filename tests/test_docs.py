@@ -1,0 +1,176 @@
+"""README.md is a front door and docs/ a site that builds: the README stays small and its quick start runs as
+written, every page is in mkdocs.yml's nav, every relative link lands, every finding id the code can give is on
+the findings page, and ``mkdocs build --strict`` passes."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+README_LIMIT_BYTES = 25 * 1024
+PAGES = sorted(DOCS.rglob("*.md"))
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def section(text: str, title: str) -> str:
+    """The text of a ``## title`` section, up to the next ``## ``."""
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+
+
+def nav_pages(nav: list) -> list[str]:
+    """Every page file named in a MkDocs nav, however deep."""
+    found: list[str] = []
+    for entry in nav:
+        items = entry.values() if isinstance(entry, dict) else [entry]
+        for item in items:
+            found += nav_pages(item) if isinstance(item, list) else [item]
+    return found
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub and MkDocs (its default toc slugify) give a heading."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"\s+", "-", text)
+
+
+def anchors(path: Path) -> set[str]:
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return {slug(h.replace("`", "")) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def finding_ids() -> dict[str, str]:
+    """Every ``Finding(id=...)`` in the package: the id, as a string or a module-level constant, and where."""
+    ids: dict[str, str] = {}
+    for path in sorted((ROOT / "lightning_perf").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        constants = {
+            target.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding"):
+                continue
+            for keyword in node.keywords:
+                if keyword.arg != "id":
+                    continue
+                value = keyword.value
+                if isinstance(value, ast.Constant):
+                    ids[value.value] = f"{path.relative_to(ROOT)}:{node.lineno}"
+                elif isinstance(value, ast.Name) and isinstance(constants.get(value.id), str):
+                    ids[constants[value.id]] = f"{path.relative_to(ROOT)}:{node.lineno}"
+                else:
+                    raise AssertionError(f"{path}:{node.lineno}: a Finding id this test cannot read")
+    return ids
+
+
+def test_the_readme_is_a_front_door():
+    size = README.stat().st_size
+    assert size <= README_LIMIT_BYTES, (
+        f"README.md is {size} bytes, over {README_LIMIT_BYTES}: move detail to docs/"
+    )
+
+
+def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = nav_pages(config["nav"])
+    pages = [p.relative_to(DOCS).as_posix() for p in PAGES]
+    assert sorted(listed) == sorted(set(listed)), "a page is listed twice in mkdocs.yml's nav"
+    assert not set(pages) - set(listed), (
+        f"pages missing from mkdocs.yml's nav: {sorted(set(pages) - set(listed))}"
+    )
+    assert not set(listed) - set(pages), f"nav entries with no page: {sorted(set(listed) - set(pages))}"
+
+
+@pytest.mark.parametrize("path", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_points_to_a_file_that_exists(path: Path):
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        if not linked.is_file() or ROOT not in linked.parents:
+            broken.append(target)
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target} (no such heading)")
+    assert not broken, f"{path.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_every_finding_id_in_the_code_is_on_the_findings_page():
+    ids = finding_ids()
+    assert len(ids) >= 20, sorted(ids)  # the scan itself still finds the rules
+    text = (DOCS / "findings.md").read_text(encoding="utf-8")
+    missing = {i: where for i, where in ids.items() if f"`{i}`" not in text}
+    assert not missing, f"finding ids missing from docs/findings.md: {missing}"
+
+
+def test_the_docs_quick_start_is_the_readmes():
+    readme = python_blocks(section(README.read_text(encoding="utf-8"), "Quick start"))
+    docs = python_blocks(section((DOCS / "getting-started.md").read_text(encoding="utf-8"), "Quick start"))
+    assert readme and readme[-1] in docs
+
+
+def test_the_readme_quick_start_runs_as_written(tmp_path: Path):
+    # a real fit of the quick start's code blocks, in a fresh process and folder (a few seconds on 2 cores)
+    code = "\n".join(python_blocks(section(README.read_text(encoding="utf-8"), "Quick start")))
+    assert "PerfCallback()" in code
+    (tmp_path / "quickstart.py").write_text(code, encoding="utf-8")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
+    done = subprocess.run(
+        [sys.executable, "quickstart.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "highly input-bound" in output, output[-4000:]  # the verdict the README shows
+    assert list(tmp_path.glob("lightning_logs/version_0/perf_summary.json")), sorted(tmp_path.rglob("*"))
+
+
+def test_the_site_builds_strictly(tmp_path: Path):
+    missing = [
+        m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python") if not has(m)
+    ]
+    if missing:
+        pytest.skip(f"the docs extra is not installed (pip install -e '.[docs]'): no {', '.join(missing)}")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
+    assert api.count('id="lightning_perf.') >= 11  # a reference entry a public name, from the docstrings
+
+
+def has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
