@@ -259,3 +259,13 @@ def assert_valid_speedscope(doc: dict) -> int:
 def lightning_before(major: int, minor: int) -> bool:
     """Whether the installed Lightning is older than ``major.minor`` (the suite runs on several)."""
     return tuple(int(part) for part in L.__version__.split(".")[:2]) < (major, minor)
+
+
+def window_points(events, tag: str) -> list:
+    """The points of ``tag`` the logging windows wrote during the fit, read with an EventAccumulator: the
+    end-of-fit step series (output.windows.write_step_series) follows them, starting again from an early step."""
+    points = events.Scalars(tag)
+    for i in range(1, len(points)):
+        if points[i].step <= points[i - 1].step:
+            return points[:i]
+    return points

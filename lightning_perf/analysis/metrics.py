@@ -1,7 +1,7 @@
 """Every metric lightning-perf logs, in one registry: tag, unit, meaning, group and when it is written.
 
 The step clock, the utilization sampler, the cross-rank exchange, the HParams writer, the Custom Scalars layout,
-``lightning-perf compare`` and the README's metric table all read their names from here.
+``lightning-perf compare`` and the metric table of docs/metrics.md all read their names from here.
 
 Tags are grouped so that TensorBoard shows each group as a section of its own: TensorBoard puts a scalar in the
 section named by the part of its tag before the first ``/`` (``tag.split("/", 1)[0]`` in its dashboard), so
@@ -42,12 +42,12 @@ class Metric:
     kind: Kind = "window"
     # under DDP: exchanged between ranks, logged as the mean, ``<tag>_max`` and feeding the slowest rank
     across_ranks: bool = False
-    # the Custom Scalars chart that draws it beside related metrics, if any
+    # the Custom Scalars chart that draws it beside related metrics of the same unit (its title says which), if any
     chart: str | None = None
     # summaries: the label and the better direction ("lower"/"higher"/None) in ``lightning-perf compare``
     label: str = ""
     better: str | None = None
-    # when it is written, where that is not at the end of fit (the README table's "logged" column)
+    # when it is written, where that is not at the end of fit (the metric table's "logged" column)
     when: str = ""
 
     @property
@@ -91,9 +91,11 @@ SAMPLES_PER_SEC = _w(
     "1/s",
     "samples (first dimension of the batch's first tensor, or `batch_size=`) per second of step time",
     across_ranks=True,
-    chart="throughput",
+    chart="throughput (samples/s)",
 )
-BATCHES_PER_SEC = _w("step", "batches_per_sec", "1/s", "batches per second of step time", chart="throughput")
+BATCHES_PER_SEC = _w(
+    "step", "batches_per_sec", "1/s", "batches per second of step time", chart="throughput (batches/s)"
+)
 DATA_WAIT = _w(
     "data",
     "wait_ms",
@@ -101,7 +103,7 @@ DATA_WAIT = _w(
     "mean time the training loop was blocked in `next(data_fetcher)`, i.e. waiting for the DataLoader "
     "(host-to-device copy, callbacks and logging excluded)",
     across_ranks=True,
-    chart="DataLoader wait",
+    chart="DataLoader wait (ms)",
 )
 DATA_WAIT_PCT = _w(
     "data",
@@ -110,7 +112,7 @@ DATA_WAIT_PCT = _w(
     "DataLoader wait as a share of step time in the window, measured on the host; on a GPU it overstates the "
     "GPU's wait when nothing syncs per step (see perf_gpu/data_wait_pct)",
     across_ranks=True,
-    chart="DataLoader wait",
+    chart="DataLoader wait (% of step time)",
 )
 EPOCH_START = _w(
     "data",
@@ -125,7 +127,7 @@ GPU_UTIL = _w(
     "NVML utilization: share of time a kernel was running on the GPU, averaged over the samples taken during "
     "training steps (not validation, checkpoints or epoch starts)",
     across_ranks=True,
-    chart="utilization (%)",
+    chart="GPU busy (% of time)",
 )
 GPU_MEM_UTIL = _w("gpu", "mem_util_pct", "%", "NVML memory-controller utilization")
 GPU_MEM_USED = _w("gpu", "mem_used_gb", "GB (1e9 B)", "device memory in use (NVML: all processes on the GPU)")
@@ -143,7 +145,7 @@ KERNEL_BUSY = _w(
     "%",
     "per profiled cycle with CUDA activity: share of the profiled steps in which at least one kernel ran "
     '(overlaps merged), torch-tb-profiler\'s "GPU Utilization"',
-    chart="utilization (%)",
+    chart="GPU busy (% of time)",
 )
 COMPUTE_BUSY = _w(
     "gpu",
@@ -151,7 +153,7 @@ COMPUTE_BUSY = _w(
     "%",
     "per profiled cycle with CUDA activity: kernel-busy counting compute kernels only (communication kernels "
     "such as NCCL's are not busy work: a rank waiting on a straggler is idle)",
-    chart="utilization (%)",
+    chart="GPU busy (% of time)",
 )
 GPU_DATA_WAIT = _w(
     "gpu",
@@ -160,7 +162,7 @@ GPU_DATA_WAIT = _w(
     "on CUDA: mean time the GPU sat idle across the batch fetch, from CUDA events at batch boundaries "
     '(the GPU-side truth behind the host\'s data wait: the "is my GPU waiting for data?" number)',
     across_ranks=True,
-    chart="DataLoader wait",
+    chart="DataLoader wait (ms)",
 )
 GPU_DATA_WAIT_PCT = _w(
     "gpu",
@@ -168,7 +170,7 @@ GPU_DATA_WAIT_PCT = _w(
     "%",
     "on CUDA: that idle time as a share of the GPU's step",
     across_ranks=True,
-    chart="DataLoader wait",
+    chart="DataLoader wait (% of step time)",
 )
 GPU_COMPUTE = _w(
     "gpu",
@@ -183,14 +185,14 @@ CPU_UTIL = _w(
     "% of one core",
     "the training process (200 = two cores busy)",
     across_ranks=True,
-    chart="utilization (%)",
+    chart="CPU (% of one core)",
 )
 WORKERS_CPU = _w(
     "cpu",
     "workers_pct",
     "% of one core",
     "all DataLoader worker processes together: near `100 x num_workers` means a CPU-bound input pipeline",
-    chart="utilization (%)",
+    chart="CPU (% of one core)",
 )
 SYSTEM_CPU = _w("cpu", "system_pct", "% of all cores", "the whole machine")
 PROCESS_RSS = _w("cpu", "process_rss_gb", "GB", "resident memory of the training process")
@@ -288,7 +290,7 @@ COMPARISON_CHART = Metric(
     when="compare / trial: Images tab",
 )
 
-# in the order of the README's table
+# in the order of the metric table (docs/metrics.md)
 METRICS: tuple[Metric, ...] = (
     STEP_TIME,
     COMPUTE,
@@ -378,7 +380,8 @@ def max_tag(metric: Metric) -> str:
 
 
 def custom_scalars_layout() -> dict[str, dict[str, list]]:
-    """TensorBoard's Custom Scalars layout: one multi-line chart per ``chart``, every run drawn in it."""
+    """TensorBoard's Custom Scalars layout: one multi-line chart per ``chart``, every run drawn in it; a chart's
+    lines share one axis, so one unit (ms, %, % of one core, samples/s, batches/s), named in its title."""
     charts: dict[str, list[str]] = {}
     for m in WINDOW_METRICS:
         if m.chart is not None:

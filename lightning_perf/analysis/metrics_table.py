@@ -1,6 +1,6 @@
-"""The README's metric table, generated from the tag registry (:mod:`lightning_perf.analysis.metrics`).
+"""The metric table of docs/metrics.md, generated from the tag registry (:mod:`lightning_perf.analysis.metrics`).
 
-``python -m lightning_perf.analysis.metrics_table README.md`` rewrites the table between the README's
+``python -m lightning_perf.analysis.metrics_table docs/metrics.md`` rewrites the table between the page's
 ``<!-- metrics:start -->`` and ``<!-- metrics:end -->`` markers; ``tests/test_readme.py`` fails when they disagree.
 """
 
@@ -19,7 +19,7 @@ _WHEN = {
 
 
 def markdown_table() -> str:
-    """The README's metric table (between its ``<!-- metrics:start -->`` and ``<!-- metrics:end -->``)."""
+    """The metric table (between its ``<!-- metrics:start -->`` and ``<!-- metrics:end -->``)."""
     from lightning_perf.analysis.markdown import table
 
     rows = []
@@ -37,18 +37,18 @@ TABLE_END = "<!-- metrics:end -->"
 
 
 def readme_table(readme: str) -> str:
-    """The metric table currently between the markers of a README's text."""
+    """The metric table currently between the markers of a page's text."""
     start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
     return readme[start:end].strip("\n") + "\n"
 
 
 def with_table(readme: str) -> str:
-    """The README's text with the table between its markers regenerated from the registry."""
+    """The page's text with the table between its markers regenerated from the registry."""
     start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
     return readme[:start] + "\n" + markdown_table() + readme[end:]
 
 
-if __name__ == "__main__":  # python -m lightning_perf.analysis.metrics_table README.md
+if __name__ == "__main__":  # python -m lightning_perf.analysis.metrics_table docs/metrics.md
     for path in sys.argv[1:]:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()

@@ -24,7 +24,7 @@ from typing import Any
 
 from lightning_perf.analysis import metrics
 
-# metric tags, logged per window beside the host-side ones (see README "Logged metrics")
+# metric tags, logged per window beside the host-side ones (see docs/metrics.md)
 GPU_DATA_WAIT_MS = metrics.GPU_DATA_WAIT.tag
 GPU_DATA_WAIT_PCT = metrics.GPU_DATA_WAIT_PCT.tag
 GPU_COMPUTE_MS = metrics.GPU_COMPUTE.tag

@@ -10,6 +10,7 @@ import os
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from lightning_perf.analysis.markdown import for_text_tab
 from lightning_perf.analysis.metrics import COMPARISON_CHART, COMPARISON_TEXT
 from lightning_perf.analysis.verdicts.comparison import CompareError, Comparison, MetricRow, format_value
 from lightning_perf.analysis.verdicts.comparison_render import change_cell, render_markdown
@@ -114,12 +115,19 @@ def _chart_rgb(comparison: Comparison) -> Any:
 def write_tensorboard(comparison: Comparison, directory: str) -> None:
     """Write the comparison (markdown text and chart image) into ``directory`` as its own TensorBoard run.
 
-    Each call adds a new step (one more than the event files already there), so rerunning the comparison
-    keeps the history and TensorBoard shows the latest by default.
+    Rerunning replaces the run: the event files an earlier comparison wrote there (only ours: a file holding any
+    other tag, a user's run, is never touched) are removed first, so TensorBoard shows one comparison.
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    step = len(glob.glob(os.path.join(glob.escape(directory), "events.out.tfevents.*")))
+    for path in glob.glob(os.path.join(glob.escape(directory), "events.out.tfevents.*")):
+        if _written_by_compare(path):
+            try:
+                os.remove(path)
+            except OSError as err:
+                raise CompareError(
+                    f"{path}: cannot replace the earlier comparison: {describe_os_error(err)}"
+                ) from None
     try:
         writer = SummaryWriter(log_dir=directory)
     except OSError as err:
@@ -128,7 +136,24 @@ def write_tensorboard(comparison: Comparison, directory: str) -> None:
             "(choose another with --tensorboard-dir or skip with --no-tensorboard)"
         ) from None
     try:
-        writer.add_text(TEXT_TAG, render_markdown(comparison), global_step=step)
-        writer.add_image(IMAGE_TAG, _chart_rgb(comparison), global_step=step, dataformats="HWC")
+        writer.add_text(TEXT_TAG, for_text_tab(render_markdown(comparison)), global_step=0)
+        writer.add_image(IMAGE_TAG, _chart_rgb(comparison), global_step=0, dataformats="HWC")
     finally:
         writer.close()
+
+
+def _written_by_compare(path: str) -> bool:
+    """Whether the event file at ``path`` holds the comparison's text and image and nothing else."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    ours = (TEXT_TAG, IMAGE_TAG)
+    tags = []
+    try:
+        for event in EventFileLoader(path).Load():
+            if event.HasField("summary"):
+                tags += [value.tag for value in event.summary.value]
+            elif not event.HasField("file_version"):
+                return False
+    except Exception:  # unreadable or truncated: not known to be ours
+        return False
+    return bool(tags) and all(tag.startswith(ours) for tag in tags)

@@ -10,8 +10,9 @@ from typing import Any
 
 from lightning_perf import console
 from lightning_perf.analysis import metrics as registry
+from lightning_perf.analysis.markdown import for_text_tab
 from lightning_perf.collect.namespaces import is_instance
-from lightning_perf.output import other_loggers
+from lightning_perf.output import hparams_tab, other_loggers
 
 log = console.logger(__name__)
 
@@ -105,12 +106,13 @@ def log_metrics(trainer: Any, metrics: Mapping[str, float], step: int) -> None:
 
 
 def add_text(trainer: Any, tag: str, text: str, step: int) -> bool:
-    """Write markdown text to the TensorBoard run (Text tab); False when there is no TensorBoard logger."""
+    """Write markdown text to the TensorBoard run (Text tab), rewritten for its renderer
+    (:func:`~lightning_perf.analysis.markdown.for_text_tab`); False when there is no TensorBoard logger."""
     logger = tensorboard_logger(trainer)
     if logger is None or not trainer.is_global_zero:
         return False
     try:
-        logger.experiment.add_text(tag, text, global_step=step)
+        logger.experiment.add_text(tag, for_text_tab(text), global_step=step)
         logger.experiment.flush()
     except Exception as err:
         log.warning("lightning-perf: could not write %r to TensorBoard: %s", tag, err)
@@ -154,25 +156,35 @@ def restore_default_hp_metric(trainer: Any) -> None:
 
 
 def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bool:
-    """Put the settings fingerprint and headline results in the HParams tab, beside the user's hyperparameters."""
+    """Put the settings fingerprint and headline results in the HParams tab, beside the user's hyperparameters
+    (:mod:`lightning_perf.output.hparams_tab`: speed settings first, values as they are).
+
+    ``hp_metric`` is one of the tab's metrics only when the user logged it (Lightning's placeholder, which
+    ``hp_metric_placeholder`` says was replaced, would show ``-1``). The headline results are scalars too (the
+    tab reads metric values from them): a flat line from step 0 to the last step, the run's figure over the run,
+    so the Scalars tab draws a line where a lone point looks like an empty chart.
+    """
     logger = tensorboard_logger(trainer)
     if logger is None or not trainer.is_global_zero:
         return False
-    from torch.utils.tensorboard.summary import hparams
-
     try:
         # the user's hyperparameters exactly as Lightning would write them, then ours
         params = _user_hparams(logger)
         params.update(other_loggers.settings_params(summary))
         metrics = summary_metrics(summary)
-        if hp_metric_placeholder:
-            metrics.setdefault("hp_metric", -1.0)
+        tags = list(metrics)
+        if hp_metric_placeholder and hparams_tab.user_logs_hp_metric(trainer):
+            tags.append(hparams_tab.USER_METRIC)
         step = trainer.global_step
+        writer = logger.experiment
+        if step > 0:
+            for tag, value in metrics.items():
+                writer.add_scalar(tag, value, global_step=0)
         logger.log_metrics(metrics, step=step)
-        writer = logger.experiment._get_file_writer()
-        for proto in hparams(params, metrics):
-            writer.add_summary(proto, step)
-        logger.experiment.flush()
+        file_writer = writer._get_file_writer()
+        for proto in hparams_tab.summaries(params, tags):
+            file_writer.add_summary(proto, step)
+        writer.flush()
     except Exception as err:
         log.warning("lightning-perf: could not write the HParams summary: %s", err)
         return False

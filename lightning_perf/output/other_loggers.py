@@ -36,9 +36,13 @@ def findings_rows(summary: Any) -> list[list[str]]:
 
 
 def settings_params(summary: Any) -> dict[str, Any]:
-    """The settings fingerprint as flat ``perf/<name>`` hyperparameters (what TensorBoard's HParams tab shows)."""
+    """The settings fingerprint as flat ``perf/<name>`` hyperparameters (what TensorBoard's HParams tab shows);
+    no CUDA version where the run used no CUDA (it is only the version torch was built with)."""
     params: dict[str, Any] = {}
+    cuda = str(summary.settings.accelerator or "").lower() in ("cuda", "gpu")
     for name, value in vars(summary.settings).items():
+        if name == "cuda_version" and not cuda:
+            continue
         if value is not None:
             params[f"perf/{name}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
     return params

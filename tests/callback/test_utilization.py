@@ -9,7 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_perf import PerfCallback
-from tests.helpers import FEATURES, TinyModel, loader, trainer
+from tests.helpers import FEATURES, TinyModel, loader, trainer, window_points
 
 SAMPLER_THREAD = "lightning_perf-util-sampler"
 
@@ -85,7 +85,7 @@ def test_the_last_window_keeps_its_utilization_figures(tmp_path):
     L_trainer = trainer(tmp_path, [callback], max_epochs=1, limit_train_batches=11, log_every_n_steps=4)
     L_trainer.fit(TinyModel(), loader(n=44))
     events = scalars(L_trainer.logger.log_dir)
-    step_points = [e.step for e in events.Scalars("perf_step/time_ms")]
+    step_points = [e.step for e in window_points(events, "perf_step/time_ms")]
     cpu_points = [e.step for e in events.Scalars("perf_cpu/process_pct")]
     assert len(step_points) == 3
     assert cpu_points == step_points  # every window, the last one too, has its CPU figures

@@ -56,7 +56,12 @@ def test_hparams_tab_lists_both_runs_with_settings_and_results(log_root):
 def test_custom_scalars_layout_groups_the_perf_charts(log_root):
     layout = log_root.wait_for("/data/plugin/custom_scalars/layout", lambda r: bool(r.get("category")))
     charts = {chart["title"] for category in layout["category"] for chart in category["chart"]}
-    assert {"step time (ms)", "DataLoader wait", "utilization (%)"} <= charts
+    assert {
+        "step time (ms)",
+        "DataLoader wait (ms)",
+        "DataLoader wait (% of step time)",
+        "CPU (% of one core)",
+    } <= charts
 
 
 def test_diagnosis_and_comparison_texts_are_served(log_root):

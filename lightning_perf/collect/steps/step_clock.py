@@ -162,6 +162,11 @@ class StepClock:
     def steps(self) -> int:
         return self._folded.count + len(self._step_ms)
 
+    def window_samples(self) -> tuple[array, array, array]:
+        """The open window's steps so far: (step ms, wait ms, samples) each; read before :meth:`take_window`."""
+        start = self._window_start
+        return self._step_ms[start:], self._wait_ms[start:], self._samples[start:]
+
     def take_window(self) -> dict[str, float]:
         """Window metrics (means over the steps closed since the last call); resets the window."""
         start, self._window_start = self._window_start, len(self._step_ms)
