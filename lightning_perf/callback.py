@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 from time import perf_counter
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
@@ -15,7 +14,7 @@ from typing_extensions import override
 from lightning_perf import console
 from lightning_perf.analysis.summary import RunSummary, TraceFile
 from lightning_perf.collect import namespaces, run_state
-from lightning_perf.collect.config import PerfConfig
+from lightning_perf.collect.config import ProbeMode, TraceRanks, config_of
 from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
 from lightning_perf.collect.sampling import sampler_start
@@ -37,7 +36,6 @@ _RUNTIME_ATTRS = (
     "_hp_placeholder",
     "_ab_spec",
 )
-_CONFIG_FIELDS = {f.name for f in dataclasses.fields(PerfConfig)}
 _EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
 
 
@@ -51,7 +49,7 @@ class PerfCallback(*namespaces.callback_bases()):
 
     Logged every ``log_every_n_steps`` batches (windows of very fast steps are stretched to whole multiples of
     it lasting at least ``log_min_interval_s``) through the Trainer's loggers, at ``trainer.global_step``: step
-    time, DataLoader wait, compute, throughput and utilization as ``perf_*/*`` metrics (the README's metric table
+    time, DataLoader wait, compute, throughput and utilization as ``perf_*/*`` metrics (the metric table of docs/metrics.md
     lists each with its unit and meaning).
 
     At the end of ``fit`` the run summary is written to ``perf_summary.json`` in the log dir, with the
@@ -123,15 +121,15 @@ class PerfCallback(*namespaces.callback_bases()):
         utilization: bool = True,
         util_interval_s: float = 0.1,
         diagnose: bool = True,
-        probe_num_workers: Literal["auto", "always", "never"] = "auto",
+        probe_num_workers: ProbeMode = "auto",
         probe_budget_s: float = 10.0,
         ab_cudnn_benchmark: bool = True,
         log_hparams: bool = True,
-        trace_ranks: Literal["auto", "all"] | list[int] = "auto",
+        trace_ranks: TraceRanks = "auto",
         profile_on_slowdown: bool = True,
     ) -> None:
         super().__init__()
-        self.config = PerfConfig(**{k: v for k, v in locals().items() if k in _CONFIG_FIELDS})
+        self.config = config_of(locals())  # under LightningCLI a bad argument ends in one line naming it
         self._reset_runtime()
         #: the summary of the last finished run (fit, or validate/test/predict)
         self.last_summary: RunSummary | None = None
@@ -202,7 +200,7 @@ class PerfCallback(*namespaces.callback_bases()):
         return session
 
     def _trace_written(self, trainer: Trainer, session: PerfSession, trace: TraceFile) -> None:
-        """A cycle with CUDA activity was saved: read once after the last step (output.trace_findings)."""
+        """A cycle was saved: read once after the last step (output.trace_findings)."""
         session.cuda_traces.append((os.path.join(session.window.trace_dir, trace.path), trainer.global_step))
 
     # -- training ------------------------------------------------------------------------------------------
@@ -387,6 +385,8 @@ class PerfCallback(*namespaces.callback_bases()):
                 self._flush_window(trainer, session, collective)
             except Exception as err:
                 log.warning(f"lightning-perf: could not log the last window: {err}")
+        if fit:
+            windows.write_step_series(trainer, session)  # the whole run's steps in TensorBoard; never raises
         sampler = self._stop_sampler() if fit else None
         summary = run_end.complete(
             trainer,
@@ -407,6 +407,6 @@ class PerfCallback(*namespaces.callback_bases()):
         if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
             log.info(message)
         if summary is not None:  # after what was measured is written: an interrupt here loses only the probe
-            run_end.probe_and_update(
+            run_end.finish(
                 trainer, summary, self.config, log_dir=self._trace_dir, hp_placeholder=self._hp_placeholder
             )

@@ -12,3 +12,24 @@ class LightningPerfError(Exception):
 class ConfigError(LightningPerfError, ValueError):
     """An argument is invalid; raised at construction, before any training step. Names the argument, the
     value and what is allowed."""
+
+
+def exit_if_cli(err: ConfigError, owner: str) -> None:
+    """End the process as a command line's own argument errors do, when ``owner`` is being built by one.
+
+    jsonargparse (``LightningCLI``, ``jsonargparse.CLI``) builds the classes of a YAML config after parsing it;
+    a ``ValueError`` raised there reaches the user as a traceback of some 90 lines through its Union checks,
+    the message buried in it. Under such a parser this writes ``error: <owner>: <message>`` (the message names
+    the argument, the value and what is allowed) as the last line on stderr and exits with code 2, as the
+    parser does for an argument it rejects itself. It returns when ``owner`` is built by ordinary code, where
+    the caller raises ``err`` as usual.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("jsonargparse."):
+            sys.stderr.write(f"error: {owner}: {err}\n")
+            sys.stderr.flush()
+            raise SystemExit(2) from err
+        frame = frame.f_back

@@ -122,3 +122,83 @@ def _key_figures(summary: RunSummary) -> str:
     if gpu is not None and _num(gpu.util_pct) is not None:
         parts.append(f"GPU utilization {_fmt(gpu.util_pct)}%")
     return ("Run: " + ", ".join(parts) + ".") if parts else ""
+
+
+# -- the end of fit's answer: verdict, where the time went, what applies -----------------------------------
+# the profiled step's operators shown on the console (the summary keeps a few more, the report --top N)
+ANSWER_OPERATORS = 5
+_NAME_CHARS = 70  # a templated CUDA kernel name runs to hundreds of characters
+
+
+def render_answer(findings: Sequence[Finding], summary: RunSummary, no_trace: str | None = None) -> str:
+    """The end of fit on the console, one block: the verdict line; unless the run is highly input-bound, the
+    operators of its recorded profiler cycle (or ``no_trace``, why there is none); then the findings that apply
+    as one table, or the reason none does."""
+    verdict = next((f for f in findings if f.id == "input_bound"), None)
+    head = [
+        "lightning-perf: "
+        + (f"{_verdict_text(verdict)} - {verdict.evidence}" if verdict else "no timing data")
+    ]
+    if verdict is None or _verdict_text(verdict) != VERDICTS[0]:
+        operators = operator_lines(summary)
+        head += operators or ([f"lightning-perf: {no_trace}"] if no_trace else [])
+    text = render_console(findings, head="\n".join(head))
+    if any(f.severity != "info" for f in findings):
+        return text
+    return text + "\nlightning-perf: no finding applies: " + no_finding_reason(summary)
+
+
+def operator_lines(summary: RunSummary) -> list[str]:
+    """Where the first recorded cycle's time went: its top operators by self CPU time, and its top GPU kernels
+    when it recorded any, each with ms a step and its share of the step. Empty without a read trace."""
+    figures = next((f for f in summary.trace_figures if f.top_operators), None)
+    if figures is None:
+        return []
+    numbers = [n for n in figures.step_numbers if n is not None]
+    steps = f"steps {numbers[0]}-{numbers[-1]}" if numbers else f"{figures.steps} step(s)"
+    lines = [f"lightning-perf: where a profiled step's time went ({steps}, {figures.source or 'trace'}):"]
+    for label, top in (("self CPU", figures.top_operators), ("GPU kernel", figures.top_kernels)):
+        for op in top[:ANSWER_OPERATORS]:
+            share = figures.pct_of_step(op.ms_per_step)
+            pct = f" {share:4.0f}%" if share is not None else ""
+            lines.append(f"  {label} {op.ms_per_step:8.3f} ms{pct}  {_short(op.name)} ({op.calls} calls)")
+    return lines
+
+
+def no_finding_reason(summary: RunSummary) -> str:
+    """Why no rule fired, in the run's terms: what was checked and on what."""
+    if not summary.trace_figures:
+        return (
+            "the run's timing shows nothing to change, and without a trace the operator checks did not run."
+        )
+    if all(f.kernel_busy_pct is None and not f.top_kernels for f in summary.trace_figures):
+        return (
+            "the checks for mixed precision, tensor cores, channels-last, small kernels and host syncs read GPU "
+            "kernels, and this run recorded none (CPU training): the step is the operators' own compute, listed "
+            "above; make them cheaper (a smaller model or batch, or torch.compile) to shorten it."
+        )
+    return (
+        "the recorded cycle shows no idle GPU, host syncs, launch-bound small kernels, pageable copies, exposed "
+        "communication or precision to change: the step is the kernels' own time, listed above."
+    )
+
+
+def answer_markdown(findings: Sequence[Finding], summary: RunSummary, no_trace: str | None = None) -> str:
+    """:func:`render_markdown`, with the recorded cycle's top operators (or why there is no trace): the text
+    of ``perf_diagnosis.md`` and of TensorBoard's Text tab."""
+    text = render_markdown(findings, summary)
+    figures = next((f for f in summary.trace_figures if f.top_operators), None)
+    if figures is None:
+        return text + (f"\n{no_trace[0].upper()}{no_trace[1:]}.\n" if no_trace else "")
+    rows = [
+        [kind, markdown.code(_short(op.name)), str(op.calls), f"{op.ms_per_step:.3f}"]
+        for kind, top in (("CPU (self)", figures.top_operators), ("GPU kernel", figures.top_kernels))
+        for op in top[:ANSWER_OPERATORS]
+    ]
+    lines = ["", f"### Top operators of a profiled step ({figures.source or 'trace'})", ""]
+    lines += markdown.table(["Where", "Operator", "Calls", "ms a step"], rows, right_aligned={2, 3})
+    return text + "\n".join(lines) + "\n"
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 3] + "..."

@@ -32,6 +32,15 @@ class MemcpyKind:
 
 
 @dataclass
+class TopOperator:
+    """One host operator (self CPU time) or GPU kernel (its duration) of a trace, summed by name."""
+
+    name: str
+    calls: int
+    ms_per_step: float
+
+
+@dataclass
 class TraceFigures:
     source: str = ""
     rank: int | None = None
@@ -41,6 +50,8 @@ class TraceFigures:
     breakdown_pct: dict[str, float] = field(default_factory=dict)
     # the same categories per step, in ms (the stacked bars of the chart)
     steps_ms: list[dict[str, float]] = field(default_factory=list)
+    # each of those steps' number (ProfilerStep#N, the batch index the text shows); None where unknown
+    step_numbers: list[int | None] = field(default_factory=list)
     dataloader_pct: float | None = None
     device_name: str | None = None
     compute_capability: list[int] | None = None
@@ -81,6 +92,9 @@ class TraceFigures:
     memory_growth_steps: int = 0
     memory_peak_gb: float | None = None
     memory_absolute: bool = False
+    # the end of fit's answer (output.trace_findings): the operators by self CPU time, the kernels by time
+    top_operators: list[TopOperator] = field(default_factory=list)
+    top_kernels: list[TopOperator] = field(default_factory=list)
 
     def pct_of_step(self, ms_per_step: float | None) -> float | None:
         if ms_per_step is None or not self.step_ms:

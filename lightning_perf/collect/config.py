@@ -9,14 +9,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 from lightning_perf.collect.profiling import trace_ranks as trace_policy
 from lightning_perf.collect.profiling.schedule import ProfileSchedule
-from lightning_perf.errors import ConfigError
+from lightning_perf.errors import ConfigError, exit_if_cli
 
 PROBE_MODES = ("auto", "always", "never")
+if TYPE_CHECKING:  # what a type checker holds PerfCallback's arguments to
+    ProbeMode = Literal["auto", "always", "never"]
+    TraceRanks = Literal["auto", "all"] | list[int]
+else:  # what jsonargparse (LightningCLI) reads: any string gets to __init__, whose one-line error names the
+    # allowed values; a Literal would fail inside the Union of Trainer.callbacks, in a 70-line message
+    ProbeMode = str
+    TraceRanks = str | list[int]
 ACTIVITY_NAMES = ("cpu", "cuda")
 _BOOL_FIELDS = (
     "record_shapes",
@@ -117,6 +124,18 @@ class PerfConfig:
     @property
     def max_trace_bytes(self) -> int:
         return int(self.max_trace_mb * 1e6)
+
+
+def config_of(arguments: dict[str, Any]) -> PerfConfig:
+    """PerfCallback's arguments (its ``locals()``, extra names ignored) as a :class:`PerfConfig`. A bad one
+    raises :class:`ConfigError`; under a command line that builds the callback from YAML (LightningCLI) it ends
+    the process instead, with one line naming the argument and what is allowed (:func:`exit_if_cli`)."""
+    names = {f.name for f in fields(PerfConfig)}
+    try:
+        return PerfConfig(**{k: v for k, v in arguments.items() if k in names})
+    except ConfigError as err:
+        exit_if_cli(err, "PerfCallback")
+        raise
 
 
 def _set(config: PerfConfig, name: str, value: Any) -> None:

@@ -24,6 +24,7 @@ from lightning_perf.collect.sampling.machine_state import MachineWatch
 from lightning_perf.collect.steps import fetch_timing
 from lightning_perf.collect.steps.long_run import LongRunWatch
 from lightning_perf.collect.steps.step_clock import StepClock
+from lightning_perf.collect.steps.step_series import StepSeries
 from lightning_perf.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class PerfSession:
         self.shapes: set[tuple[int, ...]] = set()
         self._largest_batch = 0  # the largest batch size found so far
         self.loader_yields_cuda: bool | None = None  # looked at on the first batch, as the loader yields it
-        # (path, global step) of each saved cycle with CUDA activity, read after the last step
+        # (path, global step) of each saved profiler cycle, read after the last step
         self.cuda_traces: list[tuple[str, int]] = []
         self.machine = MachineWatch()  # what else the machine does while this run measures
         # set when the loop's fetcher could not be timed: the callback's batch hook drives the session
@@ -93,6 +94,8 @@ class PerfSession:
         self.compiles: compile_events.CompileWatch | None = None  # torch.compile's compilations (fit only)
         self.traced_ranks: list[int] = []  # the job's ranks that record traces (trace_ranks)
         self.watch: LongRunWatch | None = None  # fit only: the slowdown check and extra cycles, per window
+        # fit only: every step's figures for the end-of-fit charts (output.windows.write_step_series)
+        self.series = StepSeries()
         # the sampled fetches' wall and CPU seconds (why a fetch is late when the loading runs in this thread)
         self._fetch_cpu_start = 0.0
         self.fetch_wall_s = 0.0
@@ -174,7 +177,7 @@ def open_session(
 ) -> PerfSession:
     """A new measuring session for ``stage``, attached to the loop's data fetcher.
 
-    ``on_trace`` is called for every saved cycle that recorded CUDA activity.
+    ``on_trace`` is called for every saved cycle (read after the last step: figures, top operators).
     """
     measure_wait = fetcher is not None and not fetch_timing.fetches_inside_step(fetcher)
     if fetcher is not None and not measure_wait:
@@ -206,7 +209,8 @@ def open_session(
             global_rank=trainer.global_rank,
             world_size=trainer.world_size,
             backend=_backend(),
-            on_trace=(lambda trace, prof: on_trace(session, trace)) if "cuda" in activities else None,
+            # every saved cycle, CPU-only ones too: the end of fit names its top operators from it
+            on_trace=lambda trace, prof: on_trace(session, trace),
             device=str(trainer.strategy.root_device),
             recording=trace_policy.describe(traced, trainer.world_size),
         )

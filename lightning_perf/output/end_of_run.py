@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
-from lightning_perf.atomic_file import describe_os_error
+from lightning_perf.atomic_file import atomic_open, describe_os_error
 from lightning_perf.collect.profiling.schedule import ProfileSchedule
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
@@ -26,6 +27,7 @@ from lightning_perf.collect.settings_fingerprint import collect_settings, train_
 from lightning_perf.collect.steps.step_clock import STEP_TIME_MS
 from lightning_perf.output import loggers as tensorboard
 from lightning_perf.output import trace_findings
+from lightning_perf.output.other_loggers import DIAGNOSIS_FILE
 from lightning_perf.probes.cudnn_benchmark import BatchSpec, run_on_ranks
 
 if TYPE_CHECKING:
@@ -163,22 +165,30 @@ def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> No
 
 
 def write(
-    trainer: Any, summary: RunSummary, *, log_dir: str | None, log_hparams: bool, hp_placeholder: bool
+    trainer: Any, summary: RunSummary, config: PerfConfig, *, log_dir: str | None, hp_placeholder: bool
 ) -> None:
-    """perf_summary.json, and for a fit: the diagnosis (Text tab, console), the trace chart, HParams.
-    Never raises."""
+    """perf_summary.json, and for a fit: the diagnosis (Text tab, console, perf_diagnosis.md), the trace chart,
+    HParams. Never raises."""
     summary_path = _save(summary, log_dir)
     if summary.stage != "fit":
         return
-    markdown = _show_findings(trainer, summary)
+    markdown = _show_findings(trainer, summary, no_trace_hint(summary, config))
+    if markdown is not None and log_dir:
+        path = os.path.join(log_dir, DIAGNOSIS_FILE)
+        _safely(f"write {path}", lambda: _write_text(path, markdown))
     _safely("draw the trace chart", lambda: trace_findings.log_chart(trainer, summary))
-    if log_hparams:
+    if config.log_hparams:
         _safely("write the HParams", lambda: tensorboard.write_hparams(trainer, summary, hp_placeholder))
     # CSV, MLflow, W&B, ...: the same results through each logger's own API
     _safely(
         "publish to the other loggers",
         lambda: tensorboard.publish_run_end(trainer, summary, markdown, summary_path),
     )
+
+
+def _write_text(path: str, text: str) -> None:
+    with atomic_open(path) as handle:
+        handle.write(text)
 
 
 def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> str | None:
@@ -193,22 +203,58 @@ def _save(summary: RunSummary, log_dir: str | None, update: bool = False) -> str
     return path if _safely(f"write {path}", lambda: summary.save(path)) else None
 
 
-def _show_findings(trainer: Any, summary: RunSummary) -> str | None:
+def _show_findings(trainer: Any, summary: RunSummary, no_trace: str | None) -> str | None:
     """The diagnosis in the Text tab and on the console; its Markdown (None without findings or on an error)."""
     if not summary.findings:
         return None
     shown: list[str] = []
-    _safely("show the diagnosis", lambda: shown.append(_render_findings(trainer, summary)))
+    _safely("show the diagnosis", lambda: shown.append(_render_findings(trainer, summary, no_trace)))
     return shown[0] if shown else None
 
 
-def _render_findings(trainer: Any, summary: RunSummary) -> str:
-    from lightning_perf.analysis.findings_render import render_console, render_markdown
+def _render_findings(trainer: Any, summary: RunSummary, no_trace: str | None) -> str:
+    from lightning_perf.analysis.findings_render import answer_markdown, render_answer
 
-    markdown = render_markdown(summary.findings, summary)
+    markdown = answer_markdown(summary.findings, summary, no_trace)
     tensorboard.add_text(trainer, metrics.DIAGNOSIS_TEXT.tag, markdown, trainer.global_step)
-    log.info(render_console(summary.findings))
+    log.info(render_answer(summary.findings, summary, no_trace))
     return markdown
+
+
+def no_trace_hint(summary: RunSummary, config: PerfConfig) -> str | None:
+    """Why the run has no trace to show operators from, and how to get one; None when it has one."""
+    if summary.trace_figures:
+        return None
+    if not config.enable_profiler:
+        return "no trace recorded: the profiler is off (enable_profiler=False)"
+    if summary.traces:
+        return "no trace could be read (see the warning above); `lightning-perf report` names the error"
+    schedule = config.schedule
+    first = schedule.skip_first + schedule.cycle_length
+    return (
+        f"no trace recorded: run longer than {first} steps or set a shorter profiling schedule "
+        f"(now {schedule.describe()}: the first trace is written after batch {first})"
+    )
+
+
+def where_line(summary: RunSummary, log_dir: str | None) -> str | None:
+    """The last line of a fit: its folder, the files in it, and the commands that open them."""
+    if not log_dir or not os.path.isdir(log_dir):
+        return None
+    names = [n for n in (SUMMARY_FILENAME, DIAGNOSIS_FILE) if os.path.isfile(os.path.join(log_dir, n))]
+    traces = [t.path for t in summary.traces]
+    if traces:
+        names.append(
+            f"{len(traces)} trace{'s' if len(traces) > 1 else ''} ({', '.join(traces[:2])}"
+            f"{', ...' if len(traces) > 2 else ''})"
+        )
+    folder = shlex.quote(log_dir)
+    events = any(n.startswith("events.out.tfevents") for n in os.listdir(log_dir))
+    commands = ([f"`tensorboard --logdir {folder}`"] if events or traces else []) + [
+        f"`lightning-perf report {folder}`"
+    ]
+    files = ", ".join(names) if names else "no file (see the warnings above)"
+    return f"lightning-perf: run folder {log_dir}: {files}; open with {' or '.join(commands)}"
 
 
 def _safely(what: str, job: Any) -> bool:
@@ -281,10 +327,26 @@ def complete(
     if probe_follows:  # one answer per run: the findings are shown once, after the probe (probe_and_update)
         _save(summary, log_dir)
     elif trainer.is_global_zero:
-        write(
-            trainer, summary, log_dir=log_dir, log_hparams=config.log_hparams, hp_placeholder=hp_placeholder
-        )
+        write(trainer, summary, config, log_dir=log_dir, hp_placeholder=hp_placeholder)
     return summary
+
+
+def finish(
+    trainer: Trainer, summary: RunSummary, config: PerfConfig, *, log_dir: str | None, hp_placeholder: bool
+) -> None:
+    """After :func:`complete`: the num_workers probe when one follows (:func:`probe_and_update`), then, last of
+    all a fit prints, the line naming its folder, its files and the commands that open them."""
+    try:
+        probe_and_update(trainer, summary, config, log_dir=log_dir, hp_placeholder=hp_placeholder)
+    finally:
+        if summary.stage == "fit" and trainer.is_global_zero:
+            _safely("name the run folder", lambda: _log_where(summary, log_dir))
+
+
+def _log_where(summary: RunSummary, log_dir: str | None) -> None:
+    line = where_line(summary, log_dir)
+    if line:
+        log.info(line)
 
 
 def probe_and_update(
@@ -309,9 +371,7 @@ def probe_and_update(
         return
 
     def publish() -> None:
-        write(
-            trainer, summary, log_dir=log_dir, log_hparams=config.log_hparams, hp_placeholder=hp_placeholder
-        )
+        write(trainer, summary, config, log_dir=log_dir, hp_placeholder=hp_placeholder)
 
     try:
         probe_num_workers(summary, dataloader, budget)

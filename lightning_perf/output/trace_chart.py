@@ -59,10 +59,20 @@ def _steps(axes: Any, label: str, figures: dict[str, Any]) -> None:
             axes.bar(range(len(steps)), heights, bottom=bottoms, color=color, label=name)
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     axes.set_title(f"{label}: step breakdown (ms)", fontsize=9)
-    axes.set_xticks(range(len(steps)), [str(i + 1) for i in range(len(steps))])
+    axes.set_xticks(range(len(steps)), step_labels(figures))
     axes.set_xlabel("profiled step", fontsize=8)
     if steps:
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def step_labels(figures: dict[str, Any]) -> list[str]:
+    """The x labels of the step bars: each step's own number (ProfilerStep#N, as the report's text and
+    TensorBoard number it), else its place among the profiled steps (1, 2, ...)."""
+    count = len(figures.get("steps_ms") or [])
+    numbers = figures.get("step_numbers") or []
+    if len(numbers) == count and all(isinstance(n, int) for n in numbers):
+        return [str(n) for n in numbers]
+    return [str(i + 1) for i in range(count)]
 
 
 def _timeline(axes: Any, figures: dict[str, Any]) -> None:

@@ -21,8 +21,11 @@ from lightning_perf.analysis.rules import cross_rank
 from lightning_perf.analysis.rules.thresholds import SEVERITY_ORDER
 from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import Finding, GpuUtilization, RunSummary
+from lightning_perf.analysis.trace_figures import TopOperator, TraceFigures
 from lightning_perf.output import loggers as tensorboard
 
+# operators and kernels kept in the summary for the end of fit's answer (the report lists its own --top)
+TOP_OPERATORS = 5
 KERNEL_BUSY_PCT = metrics.KERNEL_BUSY.tag
 COMPUTE_BUSY_PCT = metrics.COMPUTE_BUSY.tag
 CHART_TAG = metrics.TRACE_CHART.tag
@@ -37,7 +40,9 @@ def read_cycles(trainer: Any, cycles: list[tuple[str, int]], summary: RunSummary
 
     for path, step in cycles:
         try:
-            figures = trace_figures(load_trace(path))
+            parsed = load_trace(path)
+            figures = trace_figures(parsed)
+            with_top_operators(figures, parsed.spans)
         except Exception as err:
             log.warning("lightning-perf: could not read kernel activity from %s: %s", path, err)
             continue
@@ -55,6 +60,19 @@ def read_cycles(trainer: Any, cycles: list[tuple[str, int]], summary: RunSummary
             f.compute_busy_pct for f in summary.trace_figures if f.compute_busy_pct is not None
         )
         summary.utilization.gpu = gpu
+
+
+def with_top_operators(figures: TraceFigures, spans: Any) -> None:
+    """The trace's host operators by self CPU time and GPU kernels by time, per profiled step, into ``figures``."""
+    from lightning_perf.traces.figures.analysis import cpu_operator_stats, kernel_stats
+
+    steps = max(figures.steps, 1)
+
+    def top(stats: Any) -> list[TopOperator]:
+        return [TopOperator(s.name, s.calls, s.self_us / 1e3 / steps) for s in stats[:TOP_OPERATORS]]
+
+    figures.top_operators = top(cpu_operator_stats(spans))
+    figures.top_kernels = top(kernel_stats(spans))
 
 
 def with_trace_findings(summary: RunSummary) -> list[Finding]:

@@ -22,10 +22,11 @@ from tests.helpers import TinyModel, loader, trainer
 
 
 class HandOverCycle(PerfCallback):
-    """Hands a recorded GPU trace to the session as if this run's profiler had saved it at step 3."""
+    """Hands a recorded GPU trace to the session as if this run's profiler had saved it at step 3 (the
+    profiler itself is off: its own CPU cycle would be read too)."""
 
     def __init__(self, trace: str, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__(enable_profiler=False, **kwargs)
         self.trace = trace
 
     def on_train_start(self, trainer, pl_module) -> None:

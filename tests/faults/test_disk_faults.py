@@ -72,7 +72,7 @@ class DiskFaults:
 
 def _site(temporary: str) -> str:
     for part, site in (("summary", "summary"), (".pt.trace.json", "trace"), (".stacks.txt", "stacks"),
-                       (".speedscope.json", "speedscope")):  # fmt: skip
+                       (".speedscope.json", "speedscope"), ("perf_diagnosis", "diagnosis")):  # fmt: skip
         if part in temporary:
             return site
     return temporary
@@ -113,10 +113,10 @@ def write_sites(tmp_path_factory):
 
 def test_the_sweep_covers_every_kind_of_write(write_sites):
     # kineto + rewrite + stacks + speedscope per cycle (rewrite: the staged name, then its own temporary), and
-    # the summary once (no num_workers probe runs here to update it)
-    assert {"kineto", "summary"} <= set(write_sites)
+    # the summary and the diagnosis once each (no num_workers probe runs here to update them)
+    assert {"kineto", "summary", "diagnosis"} <= set(write_sites)
     assert write_sites.count("kineto") == 2 and write_sites.count("summary") == 1
-    assert len(write_sites) == 9
+    assert write_sites.count("diagnosis") == 1 and len(write_sites) == 10
 
 
 @pytest.mark.parametrize("error", list(ERRORS))

@@ -102,6 +102,7 @@ def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> Tr
     figures.breakdown_pct = {c: 100.0 * average[c] / average["total"] for c in CATEGORIES}
     figures.dataloader_pct = figures.breakdown_pct["dataloader"]
     figures.steps_ms = [{c: s.categories[c] / _US_PER_MS for c in CATEGORIES} for s in breakdown.steps]
+    figures.step_numbers = [s.step for s in breakdown.steps]
     # every figure reads the whole span list through its columns (made once): the GPU activities and runtime
     # calls are picked out by category inside each
     timeline = gpu_timeline(spans, host_steps)

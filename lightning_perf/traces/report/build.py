@@ -255,6 +255,8 @@ def figures_section(figures: TraceFigures) -> dict[str, Any]:
     """The figures as JSON-ready data, floats rounded for reading."""
     data = dataclasses.asdict(figures)
     data.pop("source")
+    for own in ("top_operators", "top_kernels"):  # the report lists its own (top_cpu_operators, top_kernels)
+        data.pop(own)
     return _rounded(data)
 
 
