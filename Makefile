@@ -21,7 +21,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[dev,examples,loggers,docs]" lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
+	$(BIN)/pip install --quiet -e ".[dev,examples,loggers,docs,hydra]" lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
 	touch $@
 
 venv: $(BIN)/.installed

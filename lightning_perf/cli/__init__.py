@@ -40,7 +40,11 @@ def _command_modules() -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     modules = _command_modules()
     parser = build_parser(modules)
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `tune ... -- COMMAND ARGS...`: everything after the first `--` is the user's command, never our options
+    user_command = argv[argv.index("--") + 1 :] if "--" in argv else None
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args.user_command = user_command
     if args.command is None:
         parser.print_help()
         return 0

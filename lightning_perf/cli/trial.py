@@ -8,6 +8,11 @@ Example::
     lightning-perf trial --cli mypackage.train:MyCLI --config plain.yaml --steps 40 --repeats 5 \
         --variant baseline --variant workers4:data.num_workers=4 --png trial.png
 
+    lightning-perf trial --steps 40 --variant baseline --variant workers4:num_workers=4 -- python train.py
+
+With a command after ``--`` the command runs as given (a plain script, a Hydra app, a LightningCLI script) and
+each variant's settings, in tune's names, are applied inside it at run time (:mod:`lightning_perf.trial.project.command`).
+
 Each variant is a short ``fit`` of the Lightning CLI config with the variant's overrides and a PerfCallback:
 model and data given by ``class_path``, or plain ``model:``/``data:`` sections of a CLI with fixed classes
 named by ``--cli module:function``. The variants run ``--repeats`` times in interleaved rounds (A B, B A, ...),
@@ -51,7 +56,8 @@ from lightning_perf.cli.common import (
     gate,
 )
 from lightning_perf.output.comparison_chart import write_png
-from lightning_perf.trial.api import run_cli_trial
+from lightning_perf.trial.api import run_cli_trial, run_command_trial
+from lightning_perf.trial.project.command import check_command, parse_settings
 from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
@@ -67,6 +73,7 @@ from lightning_perf.trial.spec import (
     parse_variant,
     prepare_experiment,
 )
+from lightning_perf.trial.tune_entry import Entry
 
 HELP = "Run the before/after experiment: a short fit per variant of a Lightning CLI config, then compare."
 PROG = "lightning-perf trial"
@@ -76,7 +83,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         action="append",
-        required=True,
         metavar="CFG.yaml",
         help="Lightning CLI config (repeat to merge several): model and data by class_path, or plain "
         "model:/data: sections with --cli",
@@ -109,8 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="NAME[:key=value[,key=value...]]",
-        help="a variant: a name and config overrides, e.g. workers4:data.init_args.num_workers=4 "
-        "(repeat; at least two; the first is the baseline)",
+        help="a variant: a name and config overrides, e.g. workers4:data.init_args.num_workers=4, or with a "
+        "command after -- settings in tune's names, e.g. workers4:num_workers=4 (num_workers, persistent_workers, "
+        "pin_memory, prefetch_factor, precision, benchmark); repeat; at least two; the first is the baseline",
     )
     parser.add_argument(
         "--log-dir", default=DEFAULT_LOG_DIR, metavar="DIR", help=f"log root (default: {DEFAULT_LOG_DIR})"
@@ -143,17 +150,29 @@ def run(args: argparse.Namespace) -> int:
     except (TrialError, OSError) as err:
         return error(PROG, err)
     try:
-        result = run_cli_trial(
-            args.config,
-            variants,
-            args.steps,
-            args.log_dir,
-            args.name,
-            args.timeout_s,
-            repeats=args.repeats,
-            warmup_steps=args.warmup_steps,
-            cli=args.cli,
-        )
+        if args.user_command is not None:
+            result = run_command_trial(
+                args.user_command,
+                variants,
+                args.steps,
+                args.log_dir,
+                args.name,
+                args.timeout_s,
+                repeats=args.repeats,
+                warmup_steps=args.warmup_steps,
+            )
+        else:
+            result = run_cli_trial(
+                args.config,
+                variants,
+                args.steps,
+                args.log_dir,
+                args.name,
+                args.timeout_s,
+                repeats=args.repeats,
+                warmup_steps=args.warmup_steps,
+                cli=args.cli,
+            )
     except (TrialError, OSError) as err:  # OSError: --log-dir is a file, unwritable, on a full disk
         return error(PROG, err)
     except KeyboardInterrupt:  # the running worker was stopped; no comparison of a half-done trial
@@ -199,10 +218,26 @@ def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str
         raise TrialError(f"--timeout-s must be a number of seconds > 0, got {args.timeout_s:g}")
     variants = [parse_variant(text) for text in args.variant]
     check_variant_names([name for name, _ in variants], "--variant")
-    check_configs(args.config, args.cli)
-    check_timed_settings(args.config, variants)
+    command = getattr(args, "user_command", None)
+    if (args.config is None) == (command is None):
+        raise TrialError(
+            "give --config CFG.yaml or your training command after -- (e.g. `lightning-perf trial --steps 20 "
+            "--variant base --variant w4:num_workers=4 -- python train.py`)"
+            + (", not both" if command is not None else "")
+        )
+    if command is not None:
+        args.user_command = check_command(command)
+        if args.cli is not None:
+            raise TrialError("--cli: only with --config; a command builds its own CLI")
+        for name, overrides in variants:
+            parse_settings(name, overrides, "--variant")
+        stem = Entry(command=args.user_command).stem()
+    else:
+        check_configs(args.config, args.cli)
+        check_timed_settings(args.config, variants)
+        stem = os.path.splitext(os.path.basename(args.config[0]))[0]
     if args.name is None:
-        args.name = os.path.splitext(os.path.basename(args.config[0]))[0]
+        args.name = stem
     check_name(args.name, "--name")
     prepare_experiment(
         os.path.join(args.log_dir, args.name), [n for n, _ in variants], args.overwrite, cli=True

@@ -1,9 +1,17 @@
-"""``lightning-perf tune``: diagnose a Lightning CLI config, measure the changes its findings ask for, and write the
-fastest verified one as ``CFG.tuned.yaml`` (see :mod:`lightning_perf.trial.tune`).
+"""``lightning-perf tune``: diagnose a Lightning project, measure the changes its findings ask for, and write the
+fastest verified one in the project's terms (see :mod:`lightning_perf.trial.tune`).
 
-Example::
+Examples::
 
     lightning-perf tune --config config.yaml --steps 20 --repeats 3 --budget-s 600
+    lightning-perf tune -- python train.py data=mnist trainer.max_epochs=10     # a Hydra app
+    lightning-perf tune -- python main.py fit --config config.yaml              # a LightningCLI script
+    lightning-perf tune -- python train.py                                      # a plain script
+
+With a config, the winner is ``CFG.tuned.yaml`` beside it. With a command, the command runs as given and the
+settings are applied inside it at run time; the winner is written where the project sets it: a tuned copy of
+the LightningCLI config it ran with, Hydra overrides and a tuned config group file, or the file and line that
+builds the DataLoader or Trainer.
 
 Before any fit, tune refuses (exit code 2, naming what): a ``CFG.tuned.yaml`` already there (pass
 ``--overwrite`` to replace it), a config folder that cannot take it (its path and errno), a setting of the config
@@ -28,6 +36,7 @@ import sys
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error
+from lightning_perf.trial.project.command import check_command, parse_settings
 from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
@@ -42,13 +51,16 @@ from lightning_perf.trial.spec import (
 )
 from lightning_perf.trial.tune import BASELINE, DEFAULT_BUDGET_S, DEFAULT_STEPS, DIAGNOSIS, run_tune
 
-HELP = "Diagnose a Lightning CLI config, measure the changes its findings ask for, write the fastest verified one."
+HELP = "Diagnose a Lightning project (a CLI config or your training command), measure the changes its findings ask for, write the fastest verified one."
 PROG = "lightning-perf tune"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", required=True, metavar="CFG.yaml", help="the Lightning CLI config to tune"
+        "--config",
+        metavar="CFG.yaml",
+        help="the Lightning CLI config to tune (or give your training command after --: "
+        "`lightning-perf tune -- python train.py ARGS...`)",
     )
     parser.add_argument(
         "--cli",
@@ -93,7 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME:key=value[,key=value...]",
-        help="also measure this candidate of your own (repeat), e.g. workers8:data.init_args.num_workers=8",
+        help="also measure this candidate of your own (repeat), e.g. workers8:data.init_args.num_workers=8 with "
+        "--config, workers8:num_workers=8 with a command (settings: num_workers, persistent_workers, "
+        "pin_memory, prefetch_factor, precision, benchmark)",
     )
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"
@@ -125,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             allow_semantic=args.allow_semantic_changes,
             extra=extra,
             overwrite=args.overwrite,
+            command=args.user_command,
         )
     except (TrialError, OSError) as err:
         return error(PROG, err)
@@ -166,7 +181,22 @@ def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str
                 f"--variant {name!r}: give its overrides, e.g. {name}:data.init_args.num_workers=8"
             )
     check_variant_names([BASELINE, DIAGNOSIS, *(n for n, _ in extra)], "--variant")
-    check_configs([args.config], args.cli)
+    command = getattr(args, "user_command", None)
+    if (args.config is None) == (command is None):
+        raise TrialError(
+            "give either --config CFG.yaml or your training command after -- (e.g. "
+            "`lightning-perf tune -- python train.py`), not both"
+            if command is not None
+            else "give --config CFG.yaml or your training command after -- (e.g. `lightning-perf tune -- python train.py`)"
+        )
+    if command is not None:
+        args.user_command = check_command(command)
+        if args.cli is not None:
+            raise TrialError("--cli: only with --config; a command builds its own CLI")
+        for name, overrides in extra:
+            parse_settings(name, overrides, "--variant")
+    else:
+        check_configs([args.config], args.cli)
     if args.name is not None:
         check_name(args.name, "--name")
         if os.path.exists(os.path.join(args.log_dir, args.name)):

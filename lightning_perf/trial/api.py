@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from lightning_perf.analysis.run_discovery import load_hparams, load_summary
 from lightning_perf.analysis.summary import RunSummary, SummaryError
@@ -301,13 +302,9 @@ def run_cli_trial(
     ``limits``, ``RoundLimits(timeout_s=timeout_s)``. SIGTERM or SIGHUP during a round end its worker's process
     group and raise :class:`~lightning_perf.trial.runner.Terminated`; the rounds done stay on disk.
     """
-    experiment_dir = os.path.join(log_dir, name)
     env = worker_env()
-    limits = limits or RoundLimits(timeout_s=timeout_s)
 
-    def run_one(outcome: VariantResult, version: str, run_dir: str, reporter: Progress) -> str | None:
-        os.makedirs(run_dir, exist_ok=True)
-        outcome.log_path = os.path.join(run_dir, WORKER_LOG_FILENAME)
+    def start(outcome: VariantResult, version: str, log_path: str, **round_args: Any) -> str | None:
         spec = {
             "configs": list(configs),
             "overrides": outcome.overrides,
@@ -318,14 +315,70 @@ def run_cli_trial(
             "version": version,
             "cli": cli,
         }
+        return run_worker(
+            [sys.executable, "-m", WORKER_MODULE], json.dumps(spec), log_path, env=env, **round_args
+        )
+
+    return _run_in_processes(variants, start, steps, log_dir, name, repeats, warmup_steps, limits, timeout_s)
+
+
+def run_command_trial(
+    command: Sequence[str],
+    variants: Sequence[tuple[str, list[tuple[str, str]]]],
+    steps: int,
+    log_dir: str,
+    name: str,
+    timeout_s: float | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    limits: RoundLimits | None = None,
+) -> TrialResult:
+    """Run each variant (a name and its settings in tune's names, e.g. ``[("num_workers", "4")]``) of the user's
+    own training ``command``, as :func:`run_cli_trial` runs a config's: the settings are applied inside the
+    command at run time (:mod:`lightning_perf.trial.project.command`)."""
+    from lightning_perf.trial.project.command import parse_settings, run_command_round, write_bootstrap
+
+    site = write_bootstrap(os.path.join(log_dir, name))
+    settings = {variant: parse_settings(variant, overrides, "--variant") for variant, overrides in variants}
+
+    def start(outcome: VariantResult, version: str, log_path: str, **round_args: Any) -> str | None:
+        spec = {
+            "steps": steps + warmup_steps,
+            "log_dir": log_dir,
+            "experiment": name,
+            "version": version,
+            "settings": settings[outcome.name],
+        }
+        return run_command_round(command, site, spec, log_path, **round_args)
+
+    return _run_in_processes(variants, start, steps, log_dir, name, repeats, warmup_steps, limits, timeout_s)
+
+
+def _run_in_processes(
+    variants: Sequence[tuple[str, list[tuple[str, str]]]],
+    start: Callable[..., str | None],
+    steps: int,
+    log_dir: str,
+    name: str,
+    repeats: int,
+    warmup_steps: int,
+    limits: RoundLimits | None,
+    timeout_s: float | None,
+) -> TrialResult:
+    """The rounds of process-run variants: ``start(outcome, version, log_path, **round_args)`` runs one."""
+    experiment_dir = os.path.join(log_dir, name)
+    limits = limits or RoundLimits(timeout_s=timeout_s)
+
+    def run_one(outcome: VariantResult, version: str, run_dir: str, reporter: Progress) -> str | None:
+        os.makedirs(run_dir, exist_ok=True)
+        outcome.log_path = os.path.join(run_dir, WORKER_LOG_FILENAME)
         round_report = RoundReport()
         outcome.round_reports.append(round_report)
-        return run_worker(
-            [sys.executable, "-m", WORKER_MODULE],
-            json.dumps(spec),
+        return start(
+            outcome,
+            version,
             outcome.log_path,
             on_progress=reporter.step,
-            env=env,
             limits=limits,  # shared, not a copy: the first finished round sets the expected round time
             report=round_report,
             on_limit=reporter.limit,
@@ -340,4 +393,12 @@ def run_cli_trial(
     return conclude(result)
 
 
-__all__ = ["TrialError", "TrialResult", "Variant", "VariantResult", "run_cli_trial", "run_trial"]
+__all__ = [
+    "TrialError",
+    "TrialResult",
+    "Variant",
+    "VariantResult",
+    "run_cli_trial",
+    "run_command_trial",
+    "run_trial",
+]

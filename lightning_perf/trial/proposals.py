@@ -122,9 +122,10 @@ def semantic_label(label: str) -> str:
 
 
 def config_key(key: str, targets: dict[str, Any]) -> str | None:
-    """Where the config sets ``key``: ``trainer.benchmark``, ``data.init_args.num_workers``, or None."""
+    """Where the config sets ``key``: ``trainer.benchmark``, ``data.init_args.num_workers``, or None (a command's
+    tune sets the settings by their own names: its targets' ``trainer_keys`` say so)."""
     if key in TRAINER_KEYS:
-        return f"trainer.{key}"
+        return targets.get("trainer_keys", {}).get(key, f"trainer.{key}")
     return targets.get("loader_keys", {}).get(key)
 
 

@@ -387,7 +387,9 @@ def prepare_experiment(experiment_dir: str, names: Sequence[str], overwrite: boo
     an experiment folder that cannot be written (a file, no permission) before any round starts."""
     check_log_dir(experiment_dir, "--log-dir/--name" if cli else "log_dir/name")
     existing = [n for n in names if os.path.exists(os.path.join(experiment_dir, n))]
-    if existing and not overwrite:
+    # a trial that never got to its comparison (it failed or was stopped) does not block its own rerun
+    finished = os.path.exists(os.path.join(experiment_dir, COMPARISON_FILENAME))
+    if existing and finished and not overwrite:
         name, replace = ("--name", "pass --overwrite") if cli else ("name", "pass overwrite=True")
         raise TrialError(
             f"{name}: {experiment_dir} already holds runs named {', '.join(existing)} from an earlier trial; "
@@ -396,5 +398,5 @@ def prepare_experiment(experiment_dir: str, names: Sequence[str], overwrite: boo
     for name in existing:
         shutil.rmtree(os.path.join(experiment_dir, name))
     stale = os.path.join(experiment_dir, COMPARISON_FILENAME)
-    if overwrite and os.path.exists(stale):
+    if (existing or overwrite) and os.path.exists(stale):
         os.remove(stale)

@@ -23,17 +23,15 @@ to time (``fast_dev_run``, ``limit_train_batches: 0``...).
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_perf.analysis.summary import Finding, RunSummary, SummaryError
+from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.atomic_file import describe_os_error
-from lightning_perf.trial.api import BATCH_SIZES_NOTE, run_cli_trial
+from lightning_perf.trial.api import BATCH_SIZES_NOTE
 from lightning_perf.trial.decision import (
     METHOD,
     METHOD_PER_SAMPLE,
@@ -43,7 +41,7 @@ from lightning_perf.trial.decision import (
     judge_batch_sizes,
     speeds_from_trial,
 )
-from lightning_perf.trial.progress import Progress
+from lightning_perf.trial.project.terms import InProjectTerms
 from lightning_perf.trial.proposals import (
     SEMANTIC_LABEL,
     Candidate,
@@ -54,32 +52,24 @@ from lightning_perf.trial.proposals import (
     semantic_label,
 )
 from lightning_perf.trial.rendering import disturbance_notes
-from lightning_perf.trial.runner import RoundLimits, RoundReport, run_worker, worker_env
+from lightning_perf.trial.runner import RoundLimits, RoundReport
 from lightning_perf.trial.spec import (
     DEFAULT_WARMUP_STEPS,
-    WORKER_LOG_FILENAME,
-    WORKER_MODULE,
     TrialError,
     TrialResult,
-    check_configs,
     check_log_dir,
-    check_timed_settings,
 )
-from lightning_perf.trial.tuned_config import check_tuned_output, write_tuned
+from lightning_perf.trial.tune_entry import DIAGNOSIS, Entry
+from lightning_perf.trial.tuned_config import check_tuned_output
 
 TUNE_SCHEMA_NAME = "lightning-perf/tune"
 TUNE_SCHEMA_VERSION = 1
 BASELINE = "baseline"
-DIAGNOSIS = "diagnosis"
-TARGETS_FILENAME = "tune_targets.json"
 DEFAULT_STEPS = 20
 DEFAULT_BUDGET_S = 600.0
 # The diagnosis times at least this many steps: the input-bound rule's own minimum for a verdict
 # (rules/inputs.py MIN_STEPS_FOR_INPUT_VERDICT: below it, worker start-up weighs on the wait share).
 DIAGNOSIS_MIN_STEPS = 20
-# The num_workers probe's cap in the diagnosis. Our choice: the probe's own default budget is 10 s; tune then
-# measures the probe's suggestion in full rounds, so a shorter look is enough to find the candidate.
-DIAGNOSIS_PROBE_BUDGET_S = 5.0
 # Fewest rounds that give an interval at all (one degree of freedom for the paired t-interval).
 MIN_ROUNDS = 2
 
@@ -104,6 +94,8 @@ class TuneResult:
     method: str = METHOD  # METHOD_PER_SAMPLE when the variants differ in batch size
     # the tuned config was chosen but could not be written (path and errno): the command fails
     write_error: str | None = None
+    # the winner in the project's terms: the tuned config, Hydra overrides and group file, or lines of code
+    in_project: InProjectTerms | None = None
 
     def render(self) -> str:
         lines = [f"tune {self.config}: diagnosis under {os.path.join(self.experiment_dir, DIAGNOSIS)}"]
@@ -136,6 +128,14 @@ class TuneResult:
         if self.tuned_path:
             lines.append(f"wrote {self.tuned_path} (your config is unchanged):")
             lines.append(self.diff.rstrip("\n"))
+        others = [
+            line
+            for line in (self.in_project.lines if self.in_project else [])
+            if not self.tuned_path or self.tuned_path not in line
+        ]
+        if others:
+            lines.append("set the winner in your project (your files are unchanged):")
+            lines += [f"  {line}" for line in others]
         return "\n".join(lines) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,6 +159,7 @@ class TuneResult:
             "tuned_config": self.tuned_path,
             "write_error": self.write_error,
             "diff": self.diff,
+            "in_project": self.in_project.to_dict() if self.in_project else None,
             "notes": list(self.notes),
             "trial": self.trial.to_dict() if self.trial is not None else None,
         }
@@ -189,8 +190,7 @@ def free_experiment(log_dir: str, stem: str) -> str:
 
 
 def preflight(
-    config: str,
-    cli: str | None,
+    entry: Entry,
     experiment_dir: str,
     extra: list[tuple[str, list[tuple[str, str]]]],
     allow_semantic: bool,
@@ -198,8 +198,7 @@ def preflight(
 ) -> None:
     """What can fail the tune without a fit, checked before the first one (raises :class:`TrialError`): the
     config and the variants time something, a batch-size variant is allowed, every output can be written."""
-    check_configs([config], cli)
-    check_timed_settings([config], extra)
+    entry.preflight(extra)
     for own, overrides in extra:
         keys = [key for key, _ in overrides if changes_batch_size(key)]
         if keys and not allow_semantic:
@@ -208,11 +207,12 @@ def preflight(
                 "learned); pass --allow-semantic-changes to measure it (judged on samples a second)"
             )
     check_log_dir(experiment_dir, "--log-dir/--name")
-    check_tuned_output(config, overwrite)
+    if entry.config is not None:
+        check_tuned_output(entry.config, overwrite)
 
 
 def run_tune(
-    config: str,
+    config: str | None = None,
     steps: int = DEFAULT_STEPS,
     repeats: int = 3,
     budget_s: float | None = DEFAULT_BUDGET_S,
@@ -223,6 +223,7 @@ def run_tune(
     extra: list[tuple[str, list[tuple[str, str]]]] | None = None,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     overwrite: bool = False,
+    command: list[str] | None = None,
 ) -> TuneResult:
     """Diagnose, propose, measure, decide; arguments are checked by the caller (``lightning_perf.cli.tune``),
     what can fail without a fit here, first (:func:`preflight`, raises :class:`TrialError`).
@@ -233,19 +234,19 @@ def run_tune(
     on disk under the experiment folder.
     """
     started = time.monotonic()
-    name = name or free_experiment(log_dir, os.path.splitext(os.path.basename(config))[0])
-    preflight(config, cli, os.path.join(log_dir, name), extra or [], allow_semantic, overwrite)
-    result = TuneResult(config, os.path.join(log_dir, name))
+    entry = Entry(config, cli, command)
+    name = name or free_experiment(log_dir, entry.stem())
+    preflight(entry, os.path.join(log_dir, name), extra or [], allow_semantic, overwrite)
+    result = TuneResult(entry.label, os.path.join(log_dir, name))
     # the budget bounds every fit: the diagnosis's, and each measured round's (stopped at it, none after it)
     deadline = None if budget_s is None else started + budget_s
     budget_label = "the budget" if budget_s is None else f"--budget-s {budget_s:g}"
     diag_steps = max(steps, DIAGNOSIS_MIN_STEPS) + warmup_steps
     diag_limits, diag_report = RoundLimits(budget_deadline=deadline, budget_label=budget_label), RoundReport()
-    summary, targets, wall_s, error = _diagnose(
-        config, cli, diag_steps, log_dir, name, diag_limits, diag_report
-    )
+    diagnosis = entry.diagnose(diag_steps, log_dir, name, diag_limits, diag_report)
+    summary, targets, wall_s = diagnosis.summary, entry.targets(diagnosis), diagnosis.wall_s
     if summary is None:
-        result.diagnosis_error = error
+        result.diagnosis_error = diagnosis.error
         if budget_s is not None and diag_report.stopped == "budget":
             result.notes.append(
                 f"the budget (--budget-s {budget_s:g}) is too small for any verdict: the diagnosis fit alone "
@@ -254,6 +255,7 @@ def run_tune(
         result.decision = Decision(None, "no verdict: the diagnosis fit failed", judged=False)
         return result
     result.findings = list(summary.findings)
+    entry.check_output(diagnosis.facts, overwrite)
     proposal: Proposal = propose(summary.findings, summary.settings, targets, allow_semantic)
     result.candidates, result.unapplied = proposal.candidates, proposal.unapplied
     for own, overrides in extra or []:  # the user's own candidates, renamed where a proposal took the name
@@ -297,16 +299,14 @@ def run_tune(
         result.notes.append(f"{rounds} rounds instead of {repeats}, to fit the budget")
     result.rounds = rounds
     variants = [(BASELINE, []), *((c.name, c.overrides) for c in result.candidates)]
-    result.trial = run_cli_trial(
-        [config],
+    result.trial = entry.trial(
         variants,
         steps,
         log_dir,
         name,
-        repeats=rounds,
-        warmup_steps=warmup_steps,
-        cli=cli,
-        limits=RoundLimits(
+        rounds,
+        warmup_steps,
+        RoundLimits(
             expected_s=run_s,
             expected_from=f"the diagnosis fit, {wall_s:.0f} s",
             budget_deadline=deadline,
@@ -335,65 +335,12 @@ def run_tune(
     winner = next((c for c in result.candidates if c.name == result.decision.winner), None)
     if winner is not None:
         try:
-            result.tuned_path, result.diff = write_tuned(config, winner.changes, overwrite)
+            result.in_project = entry.write(winner.changes, diagnosis.facts, result.experiment_dir, overwrite)
+            result.tuned_path, result.diff = result.in_project.tuned_path, result.in_project.diff
         except OSError as err:
-            where = err.filename or config
+            where = err.filename or result.config
             result.write_error = f"could not write the tuned config {where}: {describe_os_error(err)}"
     return result
-
-
-def _diagnose(
-    config: str,
-    cli: str | None,
-    steps: int,
-    log_dir: str,
-    experiment: str,
-    limits: RoundLimits,
-    report: RoundReport,
-) -> tuple[RunSummary | None, dict[str, Any], float, str | None]:
-    """The diagnosis fit in a worker, bounded by ``limits``: its summary, the config targets, its wall time,
-    or its error; ``report`` is filled with what the runner saw (``stopped``: "budget", "timeout" or None)."""
-    run_dir = os.path.join(log_dir, experiment, DIAGNOSIS)
-    os.makedirs(run_dir, exist_ok=True)
-    targets_path = os.path.join(run_dir, TARGETS_FILENAME)
-    spec = {
-        "configs": [config],
-        "overrides": [],
-        "steps": steps,
-        "log_dir": log_dir,
-        "experiment": experiment,
-        "variant": DIAGNOSIS,
-        "version": DIAGNOSIS,
-        "cli": cli,
-        "perf_kwargs": {"probe_num_workers": "auto", "probe_budget_s": DIAGNOSIS_PROBE_BUDGET_S},
-        "targets_path": targets_path,
-    }
-    progress = Progress(1, 1, steps)
-    progress.start(1, 1, DIAGNOSIS, steps)
-    begun = time.perf_counter()
-    try:
-        error = run_worker(
-            [sys.executable, "-m", WORKER_MODULE],
-            json.dumps(spec),
-            os.path.join(run_dir, WORKER_LOG_FILENAME),
-            on_progress=progress.step,
-            env=worker_env(),
-            limits=limits,
-            report=report,
-            on_limit=progress.limit,
-        )
-    finally:
-        progress.close()
-    wall_s = time.perf_counter() - begun
-    if error is not None:
-        return None, {}, wall_s, f"{error} (log: {os.path.join(run_dir, WORKER_LOG_FILENAME)})"
-    try:
-        summary = RunSummary.load(run_dir)
-        with open(targets_path, encoding="utf-8") as fh:
-            targets = json.load(fh)
-    except (SummaryError, OSError, ValueError) as err:
-        return None, {}, wall_s, str(err)
-    return summary, targets, wall_s, None
 
 
 def _run_estimate(summary: RunSummary, diag_wall_s: float, diag_steps: int, run_steps: int) -> float:

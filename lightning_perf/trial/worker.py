@@ -11,12 +11,10 @@ while it measured, then ``done`` or ``error MESSAGE``. On Linux it dies with the
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import json
 import math
 import os
-import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -33,7 +31,8 @@ from lightning_perf import console
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.callback import PerfCallback
 from lightning_perf.trial import targets
-from lightning_perf.trial.runner import PARENT_ENV, describe_error, disturbance, protocol_line
+from lightning_perf.trial.parent_death import die_with_parent
+from lightning_perf.trial.runner import describe_error, disturbance, protocol_line
 
 if TYPE_CHECKING:
     from lightning_perf.trial.spec import Variant
@@ -248,14 +247,23 @@ def resolve_cli(target: str | None) -> tuple[type[LightningCLI], dict[str, Any]]
 def run_cli_variant(spec: dict[str, Any], report: Report, pace: Report | None = None) -> str:
     """Build the Lightning CLI for one variant and fit it; returns its summary's path."""
     cli_class, classes = resolve_cli(spec.get("cli"))
-    cli = cli_class(
-        args=cli_args(spec),
-        run=False,
-        save_config_callback=None,
-        seed_everything_default=TRIAL_SEED,
-        parser_kwargs={"exit_on_error": False},  # a bad override raises, so it is reported as the error
-        **classes,
-    )
+    try:
+        cli = cli_class(
+            args=cli_args(spec),
+            run=False,
+            save_config_callback=None,
+            seed_everything_default=TRIAL_SEED,
+            parser_kwargs={"exit_on_error": False},  # a bad override raises, so it is reported as the error
+            **classes,
+        )
+    except (Exception, SystemExit) as err:
+        if spec.get("cli") and not classes:  # the user's CLI subclass, whose classes its script gives
+            raise ValueError(
+                f"{describe_error(err)}; a LightningCLI subclass given its classes at the call site "
+                "(MyCLI(MyModel, MyData) in main()) runs as its script does: `lightning-perf tune -- python "
+                "main.py fit --config CFG.yaml` (or trial ... -- COMMAND)"
+            ) from err
+        raise
     if cli.config.get("ckpt_path"):
         log.info("lightning-perf trial: ignoring ckpt_path %s", cli.config["ckpt_path"])
     if spec.get("targets_path"):  # `tune`'s diagnosis: where the config can set each tunable setting
@@ -271,30 +279,6 @@ def run_cli_variant(spec: dict[str, Any], report: Report, pace: Report | None = 
 
 def _say(kind: str, text: str = "") -> None:
     print(protocol_line(kind, text), flush=True)
-
-
-def die_with_parent() -> None:
-    """Linux: be killed when the parent that started this worker dies, however it dies (SIGKILL included),
-    so a worker never outlives its trial; its DataLoader workers follow it (they watch their parent)."""
-    parent = os.environ.pop(PARENT_ENV, None)  # this worker's own children are not told
-    if parent is None or not parent.isdigit() or not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if str(os.getppid()) != parent and not _alive(int(parent)):  # it died before the request was made
-        os._exit(128 + signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, ValueError):
-        return True  # it exists (another user's) or cannot be asked: assume alive
-    return True
 
 
 def main() -> int:

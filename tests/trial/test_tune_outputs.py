@@ -199,13 +199,14 @@ def test_a_config_folder_that_cannot_take_the_tuned_file_fails_before_the_diagno
 def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(project, capsys, monkeypatch):
     """The folder went read-only during the rounds: the verdict stands, the error names the file and its errno,
     and the exit code is not 0 (the promised output is missing)."""
-    import lightning_perf.trial.tune as tune_module
+    import lightning_perf.trial.tune_entry as entry_module
 
     write(project / "exp.yaml", COMPUTE_BOUND)
     finding = Finding("input_bound", "high", "input-bound", "evidence", "more workers", {"num_workers": 2})
     summary = RunSummary(findings=[finding], settings=Settings(batch_size=4))
     targets = {"loader_keys": {"num_workers": "data.init_args.num_workers"}}
-    monkeypatch.setattr(tune_module, "_diagnose", lambda *a: (summary, targets, 1.0, None))
+    diagnosis = entry_module.Diagnosis(summary, targets, {}, 1.0)
+    monkeypatch.setattr(entry_module.Entry, "diagnose", lambda self, *a: diagnosis)
 
     def measured(configs, variants, steps, log_dir, name, **kwargs):
         fast = [(80.0, 4), (82.0, 4), (81.0, 4)]
@@ -219,8 +220,8 @@ def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(
     def read_only(path, changes, overwrite):
         raise OSError(errno.EROFS, "Read-only file system", "exp.tuned.yaml")
 
-    monkeypatch.setattr(tune_module, "run_cli_trial", measured)
-    monkeypatch.setattr(tune_module, "write_tuned", read_only)
+    monkeypatch.setattr(entry_module, "run_cli_trial", measured)
+    monkeypatch.setattr(entry_module, "write_tuned", read_only)
     code = tune("--config", "exp.yaml", "--steps", STEPS)
     out, err = capsys.readouterr()
     assert code == 1, out + err
