@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import warnings
 
@@ -114,21 +113,28 @@ def test_nvml_failing_mid_run_costs_only_the_gpu_figures(tmp_path, monkeypatch, 
     assert summary.timing.steps == TIMED_STEPS and nvml.init_count == 0  # NVML released
 
 
-def test_ctrl_c_during_the_num_workers_probe_keeps_the_summary_and_ends_the_workers(
-    tmp_path, monkeypatch, restore_sigint
-):
-    from lightning_perf.probes import num_workers
+class InterruptedFromAWorker(SleepyDataset):
+    """Sends SIGINT (Ctrl-C) to the training process from the first DataLoader worker process that loads a sample,
+    once: the interrupt lands while the probe's workers run, however fast the machine is (a timer did not)."""
 
-    real_copy = num_workers._copy
+    def __init__(self, n: int, delay_s: float, main_pid: int, flag: str) -> None:
+        super().__init__(n, delay_s=delay_s)
+        self.main_pid, self.flag = main_pid, flag
 
-    def copy_then_interrupt(dataloader, workers, timeout_s):
-        if workers > 0:  # the first candidate with worker processes: Ctrl-C while they run
-            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-        return real_copy(dataloader, workers, timeout_s)
+    def __getitem__(self, index: int):
+        if os.getpid() != self.main_pid:
+            try:
+                os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL))
+                os.kill(self.main_pid, signal.SIGINT)
+            except FileExistsError:
+                pass
+        return super().__getitem__(index)
 
-    monkeypatch.setattr(num_workers, "_copy", copy_then_interrupt)
+
+def test_ctrl_c_during_the_num_workers_probe_keeps_the_summary_and_ends_the_workers(tmp_path, restore_sigint):
     callback = PerfCallback(**CYCLE, probe_num_workers="always", probe_budget_s=60, log_hparams=False)
-    data = torch.utils.data.DataLoader(SleepyDataset(64, delay_s=0.01), batch_size=4)
+    dataset = InterruptedFromAWorker(64, 0.01, os.getpid(), str(tmp_path / "interrupted"))
+    data = torch.utils.data.DataLoader(dataset, batch_size=4)
     fit_trainer = trainer(tmp_path, [callback], limit_train_batches=BATCHES)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(SystemExit):

@@ -190,7 +190,9 @@ def test_a_budget_too_small_for_any_verdict_says_so_and_leaves_no_process(projec
 
 @pytest.mark.once  # signals and process groups: the same on every Lightning
 def test_ctrl_c_keeps_the_rounds_done_and_leaves_no_process(project):
-    write(project / "exp.yaml", INPUT_BOUND)
+    hang = project / "hang"
+    model = {"class_path": "tests.trial.slow_models.HangsWhenTold", "init_args": {"hang_file": str(hang)}}
+    write(project / "exp.yaml", {**INPUT_BOUND, "model": model})
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from lightning_perf.cli import main; sys.exit(main())"]
         + ["tune", "--config", "exp.yaml", "--steps", STEPS, "--repeats", "2"],
@@ -198,11 +200,22 @@ def test_ctrl_c_keeps_the_rounds_done_and_leaves_no_process(project):
         stderr=subprocess.PIPE,
         text=True,
     )
-    first_round = project / "perf_logs" / "exp_tune" / "baseline" / "round_1" / "perf_summary.json"
+    experiment = project / "perf_logs" / "exp_tune"
+    first_round = experiment / "baseline" / "round_1" / "perf_summary.json"
     deadline = time.monotonic() + 300
     while not first_round.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert first_round.exists(), "the first measured round never finished"
+    hang.touch()  # the rounds after this one hang: the Ctrl-C below lands inside one, however fast they ran
+    before = set(experiment.glob("*/round_*/trial_worker.log"))
+    # the running round hangs at its next step, a round started after the file at its first: either way the
+    # signal lands inside a round (no round can finish now, so none can be the last)
+    settle = time.monotonic() + 3
+    while proc.poll() is None and time.monotonic() < settle:
+        if set(experiment.glob("*/round_*/trial_worker.log")) - before:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "tune ended before a round could be interrupted"
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGINT)  # as Ctrl-C does, to the command only: it must stop its workers itself
     _, err = proc.communicate(timeout=120)
