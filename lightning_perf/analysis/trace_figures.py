@@ -53,6 +53,9 @@ class TraceFigures:
     # each of those steps' number (ProfilerStep#N, the batch index the text shows); None where unknown
     step_numbers: list[int | None] = field(default_factory=list)
     dataloader_pct: float | None = None
+    # the DataLoader calls' time a host step (ms), also where GPU work of the previous step hid it (the
+    # DataLoader share counts exposed time only): what the ranks are compared on
+    dataloader_call_ms: float | None = None
     device_name: str | None = None
     compute_capability: list[int] | None = None
     memory_capacity_gb: float | None = None

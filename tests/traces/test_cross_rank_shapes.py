@@ -212,3 +212,33 @@ def test_ranks_that_arrive_together_last_are_named_together():
     assert finding.title == "Ranks 0-5 wait for ranks 6-7 in collectives"
     assert "Ranks 0-5 wait 12.0 ms a step in NCCL for rank 7" in finding.evidence
     assert "Rank 6 arrives within 2.0 ms of rank 7." in finding.evidence
+
+
+def overlapping_rank(rank: int) -> Events:
+    """Mirrors DLRM rank 1 (issue 34, point 5): each step opens with a 1.1 ms DataLoader call; on rank 1 the previous
+    step's last kernel still runs then (it ends 2 ms into the next step), on rank 0 it has ended."""
+    ev = Events()
+    for step in range(STEPS):
+        s = step * 20_000.0
+        ev.span(f"ProfilerStep#{step}", "user_annotation", s, 20_000.0)
+        ev.span(DATALOADER, "user_annotation", s + 100.0, 1_100.0)
+        tail = 2_000.0 if rank == 1 else -2_000.0  # how far the last kernel runs past the step's end
+        ev.launch("aten::mm", "sm90_xmma_gemm_bf16bf16_bf16f32", s + 1_300.0, s + 1_400.0, 18_600.0 + tail)
+    return ev
+
+
+def test_a_dataloader_call_under_the_previous_steps_kernels_is_no_cross_rank_spread(tmp_path):
+    for rank in (0, 1):
+        write_trace(
+            tmp_path / f"node0_rank{rank}.1700000000000000000.pt.trace.json", overlapping_rank(rank), rank, 2
+        )
+    report = build_report(str(tmp_path), jobs=1)
+    figures = {t["rank"]: t["figures"] for t in report["traces"]}
+    # the step alignment hides rank 1's call under the previous step's kernel: the share counts exposed time only
+    assert figures[1]["dataloader_pct"] < 0.5 * figures[0]["dataloader_pct"]  # step 0 has no kernel before it
+    for rank in (0, 1):  # the call itself is the same on both ranks
+        assert figures[rank]["dataloader_call_ms"] == pytest.approx(1.1, abs=0.01)
+    header, rows = table(render_text(report))
+    assert "DataLoader ms" in header and "DataLoader %" not in header
+    assert report["ranks"]["spread"]["dataloader_call_ms"] == pytest.approx(0.0, abs=0.01)
+    assert not [f for f in report["ranks"]["findings"] if "DataLoader" in f["title"]]

@@ -101,6 +101,8 @@ def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> Tr
     figures.step_ms = average["total"] / _US_PER_MS
     figures.breakdown_pct = {c: 100.0 * average[c] / average["total"] for c in CATEGORIES}
     figures.dataloader_pct = figures.breakdown_pct["dataloader"]
+    if breakdown.dataloader_host_us is not None:
+        figures.dataloader_call_ms = breakdown.dataloader_host_us / _US_PER_MS
     figures.steps_ms = [{c: s.categories[c] / _US_PER_MS for c in CATEGORIES} for s in breakdown.steps]
     figures.step_numbers = [s.step for s in breakdown.steps]
     # every figure reads the whole span list through its columns (made once): the GPU activities and runtime
