@@ -22,17 +22,24 @@ from lightning_perf.traces.read import parallel_reader
 
 
 def write_trace(
-    path: Path, rank: int | None, world: int | None, step_us: int = 10_000, steps: int = 3
+    path: Path,
+    rank: int | None,
+    world: int | None,
+    step_us: int = 10_000,
+    steps: int = 3,
+    pid: int = 7,
+    start_us: int = 1_000_000,
 ) -> Path:
-    """A small Kineto-like trace: ``steps`` ProfilerStep spans, each with a forward and a backward operator."""
-    events, ts = [], 1_000_000
+    """A small Kineto-like trace: ``steps`` ProfilerStep spans, each with a forward and a backward operator, run by
+    process ``pid`` from ``start_us``."""
+    events, ts = [], start_us
     for step in range(steps):
         events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 7, "tid": 1, "ts": ts,
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid, "tid": 1, "ts": ts,
              "dur": step_us, "args": {}},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 1, "ts": ts + 10,
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": 1, "ts": ts + 10,
              "dur": step_us // 2, "args": {}},
-            {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: MmBackward0", "pid": 7,
+            {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: MmBackward0", "pid": pid,
              "tid": 1, "ts": ts + step_us // 2 + 20, "dur": step_us // 4, "args": {}},
         ]  # fmt: skip
         ts += step_us + 100
@@ -328,3 +335,30 @@ def test_a_comparison_json_with_a_wrong_type_or_kind_names_the_field(comparison_
         ValueError, match=f"{comparison_file}: malformed comparison: metrics: expected a list"
     ):
         from_json(data, source=str(comparison_file))
+
+
+def test_two_runs_of_one_world_size_in_one_folder_are_told_apart_by_their_processes(tmp_path, capsys):
+    # run a: ranks 0-1 (processes 100, 101), two cycles each; run b an hour later: ranks 0-1 (processes 200, 201)
+    for rank in range(2):
+        for cycle, start in enumerate((1_000_000, 2_000_000)):
+            write_trace(
+                tmp_path / f"a_rank{rank}.{cycle}.pt.trace.json", rank, 2, pid=100 + rank, start_us=start
+            )
+        write_trace(
+            tmp_path / f"b_rank{rank}.9.pt.trace.json", rank, 2, pid=200 + rank, start_us=3_600_000_000
+        )
+    code, out, _ = report(capsys, tmp_path, "--format", "json", "--jobs", "1")
+    data = json.loads(out)
+    assert code == 0 and data["ranks"] is None
+    files = [sorted(run["files"]) for run in data["runs"]]
+    assert files == [
+        [
+            "a_rank0.0.pt.trace.json",
+            "a_rank0.1.pt.trace.json",
+            "a_rank1.0.pt.trace.json",
+            "a_rank1.1.pt.trace.json",
+        ],
+        ["b_rank0.9.pt.trace.json", "b_rank1.9.pt.trace.json"],
+    ]
+    (note,) = [n for n in data["notes"] if "mixes" in n]
+    assert "2 runs (world size 2: 4 traces; world size 2: 2 traces)" in note

@@ -237,10 +237,10 @@ def build_report(
         "traces": sections,
         # one cross-rank view a run: the ranks of two runs side by side would compare unrelated steps
         "ranks": rank_spread(sections) if len(runs) <= 1 else None,
-        "runs": [run_entry(number, key, group) for number, (key, group) in enumerate(runs.items(), 1)]
+        "runs": [run_entry(number, size, group) for number, (size, group) in enumerate(runs, 1)]
         if len(runs) > 1
         else [],
-        "changes": [change for group in runs.values() for change in cycle_changes(group)],
+        "changes": [change for _, group in runs for change in cycle_changes(group)],
         "unreadable": unreadable,
         "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
     }
@@ -306,6 +306,9 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = Tru
         "file": os.path.basename(path),
         "rank": parsed.rank,
         "world_size": info.get("world_size") if isinstance(info, dict) else None,
+        # what tells two runs of one world size apart (traces/report/runs.py): the process that ran the steps
+        "process": next((s.pid for s in parsed.spans if s.name.startswith("ProfilerStep#")), None),
+        "started_us": steps[0].start if steps else None,
         "backend": info.get("backend") if isinstance(info, dict) else None,
         "events": parsed.event_count,
         "skipped_events": parsed.skipped_events,

@@ -1,7 +1,8 @@
 """The traces of ``lightning-perf report`` by run: a folder holding the traces of two runs (copied together, or
 two fits given one ``dirpath``) gets a cross-rank view a run, never one table of both, and a note that it mixes
-runs. torch's trace headers name no run (``trace_id`` is a trace's own), so a run is told by its world size
-(``distributedInfo``), which every rank of a run shares."""
+runs. torch's trace headers name no run (``trace_id`` is a trace's own), so a run is told by what its traces
+share: its world size (``distributedInfo``), and a rank's process (the pid of its steps): the cycles of one run
+come from one process a rank, a second run of the same world size from new ones."""
 
 from __future__ import annotations
 
@@ -9,14 +10,37 @@ from typing import Any
 
 from lightning_perf.traces.report.ranks import rank_spread
 
+Runs = list[tuple[int | None, list[dict[str, Any]]]]
 
-def group_runs(sections: list[dict[str, Any]]) -> dict[int | None, list[dict[str, Any]]]:
-    """The trace sections by run, in the order met. torch's trace headers name no run (``trace_id`` is a
-    trace's own), so a run is told by its world size (``distributedInfo``): every rank of a run has the same.
-    Runs of one world size in one folder are not told apart; one group for a folder of one run."""
-    runs: dict[int | None, list[dict[str, Any]]] = {}
+
+def group_runs(sections: list[dict[str, Any]]) -> Runs:
+    """The trace sections by run, as (world size, sections), in the order met.
+
+    Within a world size, each rank's processes are taken in the order they started (``process``, ``started_us``
+    of a section): a rank's first process is in the first run, its second in the second, and so on; the traces
+    of one process (its cycles) stay together. A trace whose process is unknown goes with its rank's first."""
+    by_size: dict[int | None, list[dict[str, Any]]] = {}
     for section in sections:
-        runs.setdefault(section["world_size"], []).append(section)
+        by_size.setdefault(section["world_size"], []).append(section)
+    runs: Runs = []
+    for size, group in by_size.items():
+        first_start: dict[tuple[Any, Any], float] = {}
+        for section in group:
+            key = (section["rank"], section.get("process"))
+            start = section.get("started_us")
+            start = float("inf") if start is None else start
+            first_start[key] = min(first_start.get(key, start), start)
+        order: dict[tuple[Any, Any], int] = {}
+        for rank in {rank for rank, _ in first_start}:
+            known = sorted((t, str(p)) for (r, p), t in first_start.items() if r == rank and p is not None)
+            for index, (_, process) in enumerate(known):
+                order[(rank, process)] = index
+        parts: dict[int, list[dict[str, Any]]] = {}
+        for section in group:
+            process = section.get("process")
+            index = 0 if process is None else order[(section["rank"], str(process))]
+            parts.setdefault(index, []).append(section)
+        runs += [(size, parts[index]) for index in sorted(parts)]
     return runs
 
 
@@ -24,15 +48,14 @@ def _run_label(world_size: int | None) -> str:
     return "no world size recorded" if world_size is None else f"world size {world_size}"
 
 
-def mixed_runs_note(run_dir: str, runs: dict[int | None, list[dict[str, Any]]]) -> str:
+def mixed_runs_note(run_dir: str, runs: Runs) -> str:
     parts = "; ".join(
-        f"{_run_label(size)}: {len(group)} trace{'s' if len(group) != 1 else ''}"
-        for size, group in runs.items()
+        f"{_run_label(size)}: {len(group)} trace{'s' if len(group) != 1 else ''}" for size, group in runs
     )
     return (
         f"{run_dir} mixes the traces of {len(runs)} runs ({parts}): each run gets its own cross-rank view, "
-        "never one table of both; keep each run's traces in a folder of its own (runs of one world size in "
-        "one folder cannot be told apart)"
+        "never one table of both; keep each run's traces in a folder of its own (runs are told apart by their "
+        "world size and their ranks' processes)"
     )
 
 
