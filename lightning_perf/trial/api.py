@@ -23,25 +23,22 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lightning_perf.analysis.run_discovery import load_hparams, load_summary
-from lightning_perf.analysis.summary import RunSummary, SummaryError
+from lightning_perf.analysis.run_discovery import load_hparams
 from lightning_perf.analysis.verdicts.comparison import CompareError, compare
 from lightning_perf.analysis.verdicts.comparison_render import to_json
-from lightning_perf.analysis.verdicts.rounds import pooled, without_warmup
 from lightning_perf.atomic_file import atomic_open
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_tensorboard
 from lightning_perf.trial.progress import Progress
+from lightning_perf.trial.rounds import _run_rounds
 from lightning_perf.trial.runner import RoundLimits, RoundReport, describe_error, run_worker, worker_env
 from lightning_perf.trial.spec import (
     COMPARISON_FILENAME,
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
     DEFAULT_WARMUP_STEPS,
-    ROUND_DIR,
     WORKER_LOG_FILENAME,
     WORKER_MODULE,
     TrialError,
@@ -58,117 +55,6 @@ from lightning_perf.trial.spec import (
 
 # the start of the note on variants of different batch sizes (tune, judging on samples a second, drops it)
 BATCH_SIZES_NOTE = "the variants differ in batch size"
-
-
-def _load_round(result: VariantResult, run_dir: str, warmup_steps: int) -> None:
-    """Keep a round whose worker finished ok, after checking its summary (a run with no timed step fails)."""
-    try:
-        summary = load_summary(run_dir, allow_partial=True)
-    except (CompareError, SummaryError) as err:
-        result.status, result.error = "failed", str(err)
-        return
-    if summary.timing.steps == 0:
-        result.status, result.error = "failed", f"no training step was timed (run status {summary.status!r})"
-        return
-    result.rounds.append(without_warmup(summary, warmup_steps))
-
-
-def _mean_ms(summary: RunSummary | None) -> float | None:
-    dist = summary.timing.step_time_ms if summary is not None else None
-    return dist.mean if dist is not None else None
-
-
-def round_order(outcomes: list[VariantResult], round_index: int) -> list[tuple[int, VariantResult]]:
-    """The variants of round ``round_index`` (from 1), numbered as requested, the order rotated by one each
-    round (A B C, B C A, C A B, ...): whatever the first run of a round pays (a cold cache, the previous run's
-    clean-up) falls on every variant in turn instead of always on the baseline."""
-    numbered = list(enumerate(outcomes, start=1))
-    shift = (round_index - 1) % len(numbered)
-    return numbered[shift:] + numbered[:shift]
-
-
-def _run_rounds(
-    result: TrialResult,
-    outcomes: list[VariantResult],
-    run_one: Callable[[VariantResult, str, str, Progress], str | None],
-    progress: bool,
-    limits: RoundLimits | None = None,
-) -> None:
-    """Run every variant once a round, ``result.repeats`` rounds (rotated: A B C, B C A, ...), then pool each's.
-
-    ``run_one(outcome, version, run_dir, reporter)`` fits one round, telling ``reporter`` (the progress) its
-    steps, and returns ``None`` or a one-line error. A variant whose round fails runs no further rounds. With
-    ``limits``, no round starts once their budget is spent, and a round the budget stopped is no failure: the
-    trial keeps the rounds every variant ran in full and says so (:func:`_stop_at_budget`).
-    """
-    result.variants.extend(outcomes)
-    total = result.steps + result.warmup_steps
-    reporter = Progress(result.repeats, len(outcomes), total, enabled=progress)
-    try:
-        for round_index in range(1, result.repeats + 1):
-            if _run_round(result, outcomes, round_index, run_one, reporter, limits):
-                assert limits is not None  # only a budget stops the rounds
-                _stop_at_budget(result, outcomes, limits, round_index - 1)
-                break
-    finally:
-        reporter.close()
-    for outcome in outcomes:
-        if outcome.status != "failed" and len(outcome.rounds) == result.repeats:
-            outcome.summary, outcome.status = pooled(outcome.rounds), "ok"
-
-
-def _run_round(
-    result: TrialResult,
-    outcomes: list[VariantResult],
-    round_index: int,
-    run_one: Callable[[VariantResult, str, str, Progress], str | None],
-    reporter: Progress,
-    limits: RoundLimits | None,
-) -> bool:
-    """One round of every variant still running; True when the budget stopped it (the round is partial)."""
-    total = result.steps + result.warmup_steps
-    for index, outcome in round_order(outcomes, round_index):
-        if outcome.status == "failed":
-            continue
-        if limits is not None and limits.exhausted:
-            return True
-        version = outcome.name if result.repeats == 1 else f"{outcome.name}/{ROUND_DIR.format(round_index)}"
-        run_dir = os.path.join(result.experiment_dir, version)
-        outcome.round_dirs.append(run_dir)
-        reporter.start(round_index, index, outcome.name, total)
-        started = time.perf_counter()
-        error = run_one(outcome, version, run_dir, reporter)
-        if error is not None and outcome.round_reports and outcome.round_reports[-1].stopped == "budget":
-            reporter.say(error)  # not the variant's failure: the round is dropped, with the rest of it
-            return True
-        if error is None:
-            _load_round(outcome, run_dir, result.warmup_steps)
-        else:
-            outcome.status, outcome.error = "failed", error
-        wall = time.perf_counter() - started
-        outcome.wall_s += wall
-        reporter.finished(outcome, wall, _mean_ms(outcome.rounds[-1]) if outcome.status != "failed" else None)
-    return False
-
-
-def _stop_at_budget(
-    result: TrialResult, outcomes: list[VariantResult], limits: RoundLimits, done: int
-) -> None:
-    """The budget is spent after ``done`` full rounds: keep those of every variant, drop the partial round, say
-    so; a variant that failed keeps its failure."""
-    result.notes.append(limits.budget_note(done, result.repeats))
-    result.repeats = done
-    for outcome in outcomes:
-        if outcome.status == "failed":
-            continue
-        del outcome.rounds[done:], outcome.round_dirs[done:], outcome.round_reports[done:]
-        if outcome.log_path is not None and outcome.round_dirs:  # the last round kept
-            outcome.log_path = os.path.join(outcome.round_dirs[-1], WORKER_LOG_FILENAME)
-        elif outcome.log_path is not None and not os.path.exists(outcome.log_path):  # never started
-            outcome.log_path = None
-        if done == 0:
-            outcome.status = "failed"
-            outcome.error = f"not measured: the budget ({limits.budget_label}) was spent before a full round"
 
 
 def conclude(result: TrialResult) -> TrialResult:

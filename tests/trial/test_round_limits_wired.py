@@ -17,10 +17,11 @@ import yaml
 
 from lightning_perf.analysis.summary import Distribution, MachineState, RunSummary, TimingSummary
 from lightning_perf.cli import main
-from lightning_perf.trial import api, runner, tune
-from lightning_perf.trial.api import _run_rounds, run_cli_trial
+from lightning_perf.trial import rounds, runner, tune
+from lightning_perf.trial.api import run_cli_trial
 from lightning_perf.trial.decision import Decision
 from lightning_perf.trial.proposals import Proposal
+from lightning_perf.trial.rounds import _run_rounds
 from lightning_perf.trial.runner import RoundLimits, RoundReport, Terminated
 from lightning_perf.trial.spec import TrialResult, VariantResult
 from lightning_perf.trial.tune import TuneResult, run_tune
@@ -89,7 +90,7 @@ def test_tune_stops_at_its_budget_mid_rounds_keeps_the_full_rounds_and_says_so(p
     monkeypatch.setattr(tune, "propose", lambda *args, **kwargs: Proposal([], []))
     monkeypatch.setattr(tune, "plan_rounds", lambda run_s, variants, repeats, left: (repeats, variants))
     loaded = []
-    real_load = api._load_round
+    real_load = rounds._load_round
 
     def load_round(result, run_dir, warmup_steps):
         real_load(result, run_dir, warmup_steps)
@@ -97,7 +98,7 @@ def test_tune_stops_at_its_budget_mid_rounds_keeps_the_full_rounds_and_says_so(p
         if len(loaded) == 2:  # round 1 of both variants is in
             marker.write_text("")
 
-    monkeypatch.setattr(api, "_load_round", load_round)
+    monkeypatch.setattr(rounds, "_load_round", load_round)
     earlier = children()
     budget_s = 45.0
     started = time.monotonic()
@@ -155,7 +156,9 @@ def fake_round(outcomes_stopped: dict[tuple[str, int], str], limits: RoundLimits
 
 
 def test_a_round_the_budget_stops_is_dropped_not_failed(tmp_path, monkeypatch):
-    monkeypatch.setattr(api, "_load_round", lambda result, run_dir, warmup: result.rounds.append(timed(10.0)))
+    monkeypatch.setattr(
+        rounds, "_load_round", lambda result, run_dir, warmup: result.rounds.append(timed(10.0))
+    )
     limits = RoundLimits(budget_deadline=time.monotonic() + 3600, budget_label="--budget-s 9")
     result = TrialResult("t", str(tmp_path), 5, [], repeats=4)
     outcomes = [VariantResult(n, str(tmp_path / n)) for n in ("a", "b", "c")]
@@ -182,6 +185,43 @@ def test_a_round_the_budget_stops_is_dropped_not_failed(tmp_path, monkeypatch):
     for v in outcomes:
         assert v.status == "failed" and v.rounds == [] and v.round_dirs == []
         assert v.error == "not measured: the budget (--budget-s 9) was spent before a full round"
+
+
+def test_the_most_disturbed_round_runs_again_when_the_budget_allows(tmp_path, monkeypatch):
+    def load(result, run_dir, warmup):  # a rerun's figures are told apart by their mean
+        result.rounds.append(timed(99.0 if run_dir.endswith("_again") else 10.0))
+
+    monkeypatch.setattr(rounds, "_load_round", load)
+    started: list[str] = []
+
+    def run_one(outcome, version, run_dir, reporter):
+        started.append(version)
+        said = "other processes used 1.9 of 2 cores (95%)" if version == "b/round_2" else None
+        outcome.round_reports.append(RoundReport(disturbed=said))
+        return None
+
+    limits = RoundLimits(expected_s=1.0, budget_deadline=time.monotonic() + 3600, budget_label="--budget-s 9")
+    result = TrialResult("t", str(tmp_path), 5, [], repeats=3)
+    outcomes = [VariantResult(n, str(tmp_path / n)) for n in ("a", "b")]
+    _run_rounds(result, outcomes, run_one, progress=False, limits=limits)
+    assert started[-2:] == ["b/round_2_again", "a/round_2_again"]  # the round's own order, every variant
+    assert result.notes == [
+        "round 2 was disturbed by other work on the machine and was run again (round_2_again)"
+    ]
+    for v in outcomes:
+        assert v.ok and [r.timing.step_time_ms.mean for r in v.rounds] == pytest.approx([10.0, 99.0, 10.0])
+        assert Path(v.round_dirs[1]).name == "round_2_again" and len(v.round_reports) == 3
+    assert not result.render().count("was disturbed:")  # the rerun was quiet: no disturbed round is left
+
+    # the budget leaves no time for a round of both: named, not run
+    limits = RoundLimits(expected_s=600.0, budget_deadline=time.monotonic() + 60, budget_label="--budget-s 9")
+    result = TrialResult("t", str(tmp_path), 5, [], repeats=3)
+    outcomes = [VariantResult(n, str(tmp_path / n)) for n in ("a", "b")]
+    started.clear()
+    _run_rounds(result, outcomes, run_one, progress=False, limits=limits)
+    assert not [v for v in started if v.endswith("_again")]
+    (note,) = result.notes
+    assert note.startswith("round 2 was disturbed; not run again:") and "a round takes about 1200 s" in note
 
 
 # -- a hung round ----------------------------------------------------------------------------------------------

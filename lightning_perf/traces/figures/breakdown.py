@@ -117,9 +117,8 @@ class Breakdown:
     # "launch" alignment with GPU work: a step may overlap the next one (its GPU work still running when the
     # next starts), so the mean step is longer than the profiled time over the steps
     overlapping: bool = False
-    # the DataLoader calls' time inside the host steps, us a step, whatever ran beside them: the alignment moves
-    # a step's start past the previous step's trailing kernels, which then hide a DataLoader call made under them
-    # (the category counts exposed time only), so ranks are compared on this instead
+    # the DataLoader calls' time in the host steps (us a step) whatever ran beside them: ranks are compared on it,
+    # as the alignment hides a call made under the previous step's trailing kernels (the share is exposed time)
     dataloader_host_us: float | None = None
 
     def average(self) -> dict[str, float]:
