@@ -8,6 +8,7 @@ import sys
 from lightning_perf.analysis.rules.cross_rank import rank_list
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, add_format, error
+from lightning_perf.traces.figures.breakdown import ALIGNMENTS, TB_ALIGNMENT
 from lightning_perf.traces.read.allocator import keep_freed_memory
 from lightning_perf.traces.read.reader import TraceError
 from lightning_perf.traces.report.build import DEFAULT_TOP, ReportError, build_report
@@ -48,6 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TOP,
         metavar="N",
         help="operators to list (default: 10)",
+    )
+    parser.add_argument(
+        "--alignment",
+        choices=ALIGNMENTS,
+        default=TB_ALIGNMENT,
+        help="how kernels are assigned to steps: torch-tb-profiler's time cut (default: the figures equal the "
+        "plugin's; a step starts no earlier than the previous step's kernels end) or launch (each kernel in the "
+        "step that launched it; CPU spans such as a DataLoader call stay in their step; steps may overlap)",
     )
     parser.add_argument(
         "--jobs",
@@ -100,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     keep_freed_memory()  # this process is ours: with --jobs 1 it reads the traces one after another itself
     notices: list[str] = []
     try:
-        report = build_report(args.run_dir, top=args.top, jobs=args.jobs, notices=notices)
+        report = build_report(
+            args.run_dir, top=args.top, jobs=args.jobs, notices=notices, alignment=args.alignment
+        )
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
         return error(PROG, err)
     for notice in notices:  # how it ran, not what the traces say: the report is the same whatever --jobs

@@ -242,3 +242,20 @@ def test_a_dataloader_call_under_the_previous_steps_kernels_is_no_cross_rank_spr
     assert "DataLoader ms" in header and "DataLoader %" not in header
     assert report["ranks"]["spread"]["dataloader_call_ms"] == pytest.approx(0.0, abs=0.01)
     assert not [f for f in report["ranks"]["findings"] if "DataLoader" in f["title"]]
+
+
+def test_report_alignment_launch_keeps_the_dataloader_call_in_its_step(tmp_path, capsys):
+    from lightning_perf import cli
+
+    path = write_trace(tmp_path / "node0_rank1.1700000000000000000.pt.trace.json", overlapping_rank(1), 1, 1)
+    shares = {}
+    for alignment in ("torch-tb-profiler", "launch"):
+        assert cli.main(["report", str(path), "--format", "json", "--alignment", alignment]) == 0
+        (trace,) = json.loads(capsys.readouterr().out)["traces"]
+        assert trace["alignment"] == alignment and trace["overlapping_steps"] is (alignment == "launch")
+        shares[alignment] = trace["average"]["categories_ms"]["dataloader"]
+    # the time cut hides the calls of steps 1-3 under the previous kernels; launch keeps each in its step
+    assert shares["torch-tb-profiler"] < 0.5 and shares["launch"] == pytest.approx(1.1, abs=0.01)
+    with pytest.raises(SystemExit) as refused:  # argparse's own refusal, naming the choices
+        cli.main(["report", str(path), "--alignment", "sideways"])
+    assert refused.value.code == 2 and "choose from 'torch-tb-profiler', 'launch'" in capsys.readouterr().err

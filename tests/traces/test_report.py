@@ -63,7 +63,7 @@ def test_json_format_has_stable_keys(run_dir, capsys):
     assert set(trace) == {
         "path", "file", "rank", "world_size", "events", "steps", "average", "device_aligned",
         "dropped_tail_steps", "kernel_busy_pct", "top_cpu_operators", "top_kernels", "figures", "findings",
-        "skipped_events", "skip_reason", "backend", "process", "started_us",
+        "skipped_events", "skip_reason", "backend", "process", "started_us", "alignment", "overlapping_steps",
     }  # fmt: skip
     assert set(trace["average"]["categories_ms"]) == set(trace_analysis.CATEGORIES)
     assert sum(trace["average"]["categories_pct"].values()) == pytest.approx(100, abs=0.5)

@@ -48,6 +48,7 @@ from lightning_perf.traces.figures.analysis import (
     load_trace,
     step_breakdown,
 )
+from lightning_perf.traces.figures.breakdown import ALIGNMENTS, TB_ALIGNMENT
 from lightning_perf.traces.figures.gpu_figures import trace_figures
 from lightning_perf.traces.read.gunzip import GZIP_ERRORS, open_gzip_text
 from lightning_perf.traces.read.parallel_reader import capped_jobs, check_jobs, map_traces
@@ -168,14 +169,21 @@ def _not_a_plain_file(path: str) -> str | None:
 
 
 def build_report(
-    path: str, top: int = DEFAULT_TOP, jobs: int | None = None, notices: list[str] | None = None
+    path: str,
+    top: int = DEFAULT_TOP,
+    jobs: int | None = None,
+    notices: list[str] | None = None,
+    alignment: str = TB_ALIGNMENT,
 ) -> dict[str, Any]:
     """The report as plain JSON-ready data (what ``--format json`` prints). ``path``: a folder or one trace.
     ``jobs``: processes reading the traces at once (default: the usable cores; 1: in this process; capped at
     the usable cores and at the number of traces); the traces come ordered by rank (then by name), whatever
     ``jobs``. ``notices``, when given, gets how the report was made (a capped ``jobs``): for the command's
-    stderr, not the report, which is the same whatever ``jobs``."""
+    stderr, not the report, which is the same whatever ``jobs``. ``alignment``: how kernels are assigned to steps
+    (:func:`~lightning_perf.traces.figures.breakdown.step_breakdown`: torch-tb-profiler's time cut, or "launch")."""
     jobs = check_jobs(jobs)
+    if alignment not in ALIGNMENTS:
+        raise ReportError(f"--alignment must be one of {', '.join(ALIGNMENTS)}, got {alignment!r}")
     skipped: list[dict[str, Any]] = []
     notes: list[str] = []
     if os.path.isfile(path):
@@ -204,7 +212,9 @@ def build_report(
     if not os.path.lexists(summary_path) and not traces and not skipped:
         raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
     sections = []
-    analyse = functools.partial(analyse_or_fail, top=top, with_input_rule=summary is None)
+    analyse = functools.partial(
+        analyse_or_fail, top=top, with_input_rule=summary is None, alignment=alignment
+    )
     used, capped = capped_jobs(jobs, len(traces))
     if capped is not None and notices is not None:
         notices.append(capped)
@@ -276,11 +286,13 @@ def is_training(names: Iterable[str]) -> bool:
     return any(mark in str(name).lower() for name in names for mark in TRAINING_MARKS)
 
 
-def analyse_or_fail(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True) -> dict[str, Any]:
+def analyse_or_fail(
+    path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True, alignment: str = TB_ALIGNMENT
+) -> dict[str, Any]:
     """:func:`analyse_trace`, any error of the analysis made a :class:`TraceError` naming the file and the error,
     so that it costs this trace, not the report (in a worker or in this process)."""
     try:
-        return analyse_trace(path, top=top, with_input_rule=with_input_rule)
+        return analyse_trace(path, top=top, with_input_rule=with_input_rule, alignment=alignment)
     except (TraceError, OSError):
         raise
     except Exception as err:  # a trace the analysis fails on: an unreadable trace, not a failed report
@@ -288,11 +300,13 @@ def analyse_or_fail(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = T
 
 
 @gc_paused()
-def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True) -> dict[str, Any]:
+def analyse_trace(
+    path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True, alignment: str = TB_ALIGNMENT
+) -> dict[str, Any]:
     """One trace file's section of the report. :class:`TraceError` naming the file on bad input.
     ``with_input_rule=False`` leaves the input-bound verdict to the run summary."""
     parsed = load_trace(path)
-    breakdown = step_breakdown(parsed.spans)
+    breakdown = step_breakdown(parsed.spans, alignment)
     figures = trace_figures(parsed, breakdown)
     operators, kernels = cpu_operator_stats(parsed.spans), kernel_stats(parsed.spans)
     training = is_training(s.name for s in (*operators, *kernels))
@@ -330,6 +344,8 @@ def analyse_trace(path: str, top: int = DEFAULT_TOP, with_input_rule: bool = Tru
         if steps
         else None,
         "device_aligned": breakdown.device_aligned,
+        "alignment": alignment,
+        "overlapping_steps": breakdown.overlapping,
         "dropped_tail_steps": breakdown.dropped_tail_steps,
         # the default window (host ProfilerStep spans), as the callback computes it for TensorBoard and the
         # summary, so the two figures agree; the plugin's own window also covers the last step's GPU tail
