@@ -237,3 +237,26 @@ def test_the_text_report_says_where_to_set_the_winner_in_code():
     text = TuneResult("python train.py", "perf_logs/train_tune", in_project=terms).render()
     assert "set the winner in your project (your files are unchanged):" in text
     assert "  /p/train.py:9: the DataLoader built here: set num_workers=4" in text
+
+
+def test_the_settings_reach_the_fit_on_every_lightning(tmp_path):
+    """Lightning's private loader re-creation (`_prepare_dataloader`, `_update_dataloader`'s helpers) on the version
+    under test: a short trial whose variant's settings the fit must see (no timing judged here)."""
+    project = copy_project("plain_script", tmp_path)
+    done = lightning_perf(
+        project,
+        *("trial", "--steps", "4", "--repeats", "1", "--warmup-steps", "0", "--format", "json"),
+        *("--variant", "baseline", "--variant", "w2:num_workers=2,persistent_workers=true,benchmark=true"),
+        *("--", sys.executable, "train.py"),
+    )
+    assert done.returncode in (0, 1), done.stderr[
+        -3000:
+    ]  # 1: one round gives no interval, not a failure here
+    variants = {v["name"]: v for v in json.loads(done.stdout)["variants"]}
+    assert all(v["status"] == "ok" for v in variants.values()), variants
+    seen = {
+        name: json.loads(Path(project, v["round_dirs"][0], "perf_summary.json").read_text())["settings"]
+        for name, v in variants.items()
+    }
+    assert seen["baseline"]["num_workers"] == 0 and seen["w2"]["num_workers"] == 2
+    assert seen["w2"]["persistent_workers"] is True and seen["w2"]["cudnn_benchmark"] is True
