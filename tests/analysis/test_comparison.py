@@ -12,6 +12,7 @@ from lightning_perf.analysis.summary import (
     CpuUtilization,
     Distribution,
     GpuUtilization,
+    MachineState,
     RunSummary,
     Settings,
     TimingSummary,
@@ -305,3 +306,24 @@ def test_compare_module_is_pure():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("machine", "said"),
+    [
+        # others held the cores the run needed (the training thread waited for one): a busy machine, no GPU
+        (MachineState(cpu_count=2, other_cores=1.8, train_thread_runqueue_pct=12.0), "on a busy machine"),
+        (MachineState(cpu_count=2, other_cores=1.0), "on a busy machine"),
+        (
+            MachineState(cpu_count=2, other_cores=0.0, gpu_slowdown_pct={"hw_power_brake": 50.0}),
+            "clocks held down",
+        ),
+    ],
+)
+def test_a_noisy_run_is_named_for_what_disturbed_it(machine, said):
+    before, after = make_summary(), make_summary(step_ms=60.0)
+    before.machine = machine
+    text = render_text(compare([before, after], ["before", "after"]))
+    (line,) = [line for line in text.splitlines() if line.startswith("warning: before was measured")]
+    assert said in line
+    assert "GPU" not in line or said == "clocks held down"  # a CPU-only machine's cores are no GPU's clocks

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_perf.analysis.numbers import finite as _finite
-from lightning_perf.analysis.rules.noise import BUSY_TITLE, noisy_machine
+from lightning_perf.analysis.rules.noise import GPU_SLOWED_TITLE, noisy_machine
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.analysis.verdicts.comparison_metrics import (
     ENVIRONMENT_KEYS,
@@ -341,7 +341,8 @@ def _warnings(c: Comparison, summaries: Sequence[RunSummary]) -> list[str]:
     for name, s in zip(c.run_names, summaries, strict=True):
         noisy = noisy_machine(s, None)
         if noisy is not None:
-            where = "on a busy machine" if noisy.title == BUSY_TITLE else "with its GPU's clocks held down"
+            # the GPU's clocks alone, or others on the machine (busy, or holding the cores the run needed)
+            where = "with its GPU's clocks held down" if noisy.title == GPU_SLOWED_TITLE else "on a busy machine"
             lines.append(f"warning: {name} was measured {where}: {noisy.evidence}")
         if s.timing.steps == 0:
             lines.append(f"warning: {name} is a partial summary: no training steps were timed")
