@@ -342,7 +342,9 @@ def _warnings(c: Comparison, summaries: Sequence[RunSummary]) -> list[str]:
         noisy = noisy_machine(s, None)
         if noisy is not None:
             # the GPU's clocks alone, or others on the machine (busy, or holding the cores the run needed)
-            where = "with its GPU's clocks held down" if noisy.title == GPU_SLOWED_TITLE else "on a busy machine"
+            where = (
+                "with its GPU's clocks held down" if noisy.title == GPU_SLOWED_TITLE else "on a busy machine"
+            )
             lines.append(f"warning: {name} was measured {where}: {noisy.evidence}")
         if s.timing.steps == 0:
             lines.append(f"warning: {name} is a partial summary: no training steps were timed")
