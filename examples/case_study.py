@@ -168,7 +168,8 @@ def run_study(args: argparse.Namespace) -> int:
         f"  tensorboard --logdir {os.path.join(study_dir(args), TUNE_EXPERIMENT)}\n"
     )
     if speed is None:
-        print("case study verdict: not measured (" + "; ".join([result.decision.line, *result.notes]) + ")")
+        why = "; ".join([result.decision.line.removeprefix("not measured: "), *result.notes])
+        print(f"case study verdict: not measured ({why})")
         return 1
     applied = next((c.findings for c in result.candidates if c.name == speed.name), [])
     source = f"tune's proposal from the finding{'s' if len(applied) != 1 else ''} {', '.join(applied)}"

@@ -43,6 +43,7 @@ from lightning_perf.trial.decision import (
 )
 from lightning_perf.trial.project.terms import InProjectTerms
 from lightning_perf.trial.proposals import (
+    MACHINE_FINDING,
     SEMANTIC_LABEL,
     Candidate,
     Proposal,
@@ -270,8 +271,16 @@ def run_tune(
         label = semantic_label(own) if semantic else own
         result.candidates.append(Candidate(own, label, list(overrides), changes, semantic, ["--variant"]))
     if not result.candidates:
-        result.decision = Decision(
-            None, "keep your config: the diagnosis found no change to try in the config"
+        held = next((f for f in result.findings if f.id == MACHINE_FINDING and f.severity == "high"), None)
+        result.decision = (
+            Decision(  # the diagnosis could not see the run's own needs: no verdict either way
+                None,
+                f"not measured: the machine was busy ({held.title.lower()}); keep your config and tune again "
+                "on a quiet machine",
+                judged=False,
+            )
+            if held is not None
+            else Decision(None, "keep your config: the diagnosis found no change to try in the config")
         )
         return result
 

@@ -315,3 +315,31 @@ def test_trial_exits_non_zero_when_its_comparison_could_not_be_written(project, 
     out, err = capsys.readouterr()
     assert "could not write" in out and "comparison.json" in out, out + err
     assert code == 1, out + err
+
+
+def test_a_busy_machine_with_nothing_to_try_is_not_measured_not_keep(project, capsys, monkeypatch):
+    """make demo beside two CPU hogs: the diagnosis sees only the others holding the cores (no change of the
+    config to try); that is no verdict on the config, said as such, exit 1."""
+    import lightning_perf.trial.tune_entry as entry_module
+
+    write(project / "exp.yaml", COMPUTE_BOUND)
+    findings = [
+        Finding(
+            "noisy_machine",
+            "high",
+            "Other processes held the cores this run needed",
+            "1.9 of 2 cores",
+            "free",
+        ),
+        Finding("input_bound", "info", "Training is not input-bound", "2%", ""),
+    ]
+    diagnosis = entry_module.Diagnosis(RunSummary(findings=findings), {"loader_keys": {}}, {}, 1.0)
+    monkeypatch.setattr(entry_module.Entry, "diagnose", lambda self, *a: diagnosis)
+    code = tune("--config", "exp.yaml", "--steps", STEPS)
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert (
+        "verdict: not measured: the machine was busy (other processes held the cores this run needed); keep your "
+        "config and tune again on a quiet machine" in out
+    )
+    assert not (project / "exp.tuned.yaml").exists()
