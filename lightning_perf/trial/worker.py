@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import Checkpoint, EarlyStopping
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from typing_extensions import override
@@ -30,6 +29,7 @@ from typing_extensions import override
 from lightning_perf import console
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.callback import PerfCallback
+from lightning_perf.collect import namespaces
 from lightning_perf.trial import targets
 from lightning_perf.trial.parent_death import die_with_parent
 from lightning_perf.trial.runner import describe_error, disturbance, protocol_line
@@ -109,7 +109,13 @@ def prepare_trainer(
 ) -> PerfCallback:
     """Ready a variant's Trainer: its PerfCallback (the user's, arguments kept, or a new one), the progress,
     and no checkpoint or early-stopping callback: a trial saves nothing and runs no validation to stop on."""
-    left_out = [cb for cb in trainer.callbacks if isinstance(cb, (Checkpoint, EarlyStopping))]
+    # either namespace's (a command's round may build a pytorch_lightning Trainer)
+    left_out = [
+        cb
+        for cb in trainer.callbacks
+        if namespaces.is_instance(cb, "callbacks", "Checkpoint")
+        or namespaces.is_instance(cb, "callbacks", "EarlyStopping")
+    ]
     if left_out:
         names = ", ".join(type(cb).__name__ for cb in left_out)
         message = f"lightning-perf trial: callbacks left out (no checkpoints, no validation): {names}"

@@ -239,10 +239,12 @@ def test_the_text_report_says_where_to_set_the_winner_in_code():
     assert "  /p/train.py:9: the DataLoader built here: set num_workers=4" in text
 
 
-def test_the_settings_reach_the_fit_on_every_lightning(tmp_path):
+@pytest.mark.parametrize("script", ["plain_script", "pl_script"])
+def test_the_settings_reach_the_fit_on_every_lightning(tmp_path, script):
     """Lightning's private loader re-creation (`_prepare_dataloader`, `_update_dataloader`'s helpers) on the version
-    under test: a short trial whose variant's settings the fit must see (no timing judged here)."""
-    project = copy_project("plain_script", tmp_path)
+    under test, in either namespace: a short trial whose variant's settings the fit must see (no timing judged here);
+    the script's own checkpoint callback is left out (a trial writes nothing into the project)."""
+    project = copy_project(script, tmp_path)
     done = lightning_perf(
         project,
         *("trial", "--steps", "4", "--repeats", "1", "--warmup-steps", "0", "--format", "json"),
@@ -260,3 +262,4 @@ def test_the_settings_reach_the_fit_on_every_lightning(tmp_path):
     }
     assert seen["baseline"]["num_workers"] == 0 and seen["w2"]["num_workers"] == 2
     assert seen["w2"]["persistent_workers"] is True and seen["w2"]["cudnn_benchmark"] is True
+    assert not (project / "checkpoints").exists() and not (project / "lightning_logs").exists()
