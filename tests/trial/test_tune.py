@@ -145,8 +145,13 @@ def test_a_compute_bound_config_is_told_to_keep_its_config(project, capsys):
     before = write(project / "exp.yaml", COMPUTE_BOUND)
     code = tune("--config", "exp.yaml", "--steps", STEPS, "--repeats", "2")
     out, err = capsys.readouterr()
-    assert code == 0, err
-    assert re.search(r"^verdict: keep your config", out, re.M), out
+    if re.search(r"^\s+\[high\] noisy_machine:", out, re.M):
+        # beside CPU hogs the diagnosis sees only the others holding the cores: no verdict on the config
+        assert code == 1, err
+        assert re.search(r"^verdict: not measured: the machine was busy .*keep your config", out, re.M), out
+    else:
+        assert code == 0, err
+        assert re.search(r"^verdict: keep your config", out, re.M), out
     assert not (project / "exp.tuned.yaml").exists()
     assert (project / "exp.yaml").read_bytes() == before
     assert "diagnosis" in err  # the progress bar of the diagnosis fit, on stderr
