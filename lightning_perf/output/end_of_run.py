@@ -243,11 +243,8 @@ def where_line(summary: RunSummary, log_dir: str | None) -> str | None:
         return None
     names = [n for n in (SUMMARY_FILENAME, DIAGNOSIS_FILE) if os.path.isfile(os.path.join(log_dir, n))]
     traces = [t.path for t in summary.traces]
-    if traces:
-        names.append(
-            f"{len(traces)} trace{'s' if len(traces) > 1 else ''} ({', '.join(traces[:2])}"
-            f"{', ...' if len(traces) > 2 else ''})"
-        )
+    if traces or len(summary.trace_ranks) > 1:
+        names.append(traces_phrase(traces, summary.trace_ranks, summary.global_rank))
     folder = shlex.quote(log_dir)
     events = any(n.startswith("events.out.tfevents") for n in os.listdir(log_dir))
     commands = ([f"`tensorboard --logdir {folder}`"] if events or traces else []) + [
@@ -255,6 +252,19 @@ def where_line(summary: RunSummary, log_dir: str | None) -> str | None:
     ]
     files = ", ".join(names) if names else "no file (see the warnings above)"
     return f"lightning-perf: run folder {log_dir}: {files}; open with {' or '.join(commands)}"
+
+
+def traces_phrase(traces: list[str], trace_ranks: list[int], rank: int) -> str:
+    """This rank's traces, and in a multi-rank job the ranks whose traces sit beside them (each rank writes its
+    own, possibly after this line is printed)."""
+    listed = f"{', '.join(traces[:2])}{', ...' if len(traces) > 2 else ''}"
+    count = f"{len(traces)} trace{'s' if len(traces) != 1 else ''}"
+    if len(trace_ranks) <= 1:
+        return f"{count} ({listed})"
+    ranks = ", ".join(map(str, trace_ranks[:8])) + (", ..." if len(trace_ranks) > 8 else "")
+    if not traces:
+        return f"the traces of ranks {ranks} (rank {rank} records none)"
+    return f"{count} from each of ranks {ranks} (rank {rank}'s: {listed})"
 
 
 def _safely(what: str, job: Any) -> bool:

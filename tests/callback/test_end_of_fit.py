@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.findings_render import render_console
+from lightning_perf.output.end_of_run import traces_phrase
 from lightning_perf.output.loggers import NO_LOGGER_DIR
 from tests.helpers import TinyModel, loader, trainer
 
@@ -140,3 +141,14 @@ def test_one_findings_table_per_fit_with_the_probe_and_without(tmp_path, caplog)
 def test_the_console_table_alone_is_unchanged():
     # render_console (also used by `lightning-perf` elsewhere) keeps its one-table shape
     assert render_console([]) == "lightning-perf: no timing data"
+
+
+def test_a_multi_rank_run_names_every_rank_whose_traces_are_in_the_folder():
+    """Rank 0 prints the line while the other ranks write their own traces beside its own."""
+    one_rank = traces_phrase(["a.pt.trace.json.gz"], [0], 0)
+    assert one_rank == "1 trace (a.pt.trace.json.gz)"
+    two_ranks = traces_phrase(["vm_rank0.pt.trace.json.gz"], [0, 1], 0)
+    assert two_ranks == "1 trace from each of ranks 0, 1 (rank 0's: vm_rank0.pt.trace.json.gz)"
+    assert traces_phrase([], [1, 3], 0) == "the traces of ranks 1, 3 (rank 0 records none)"
+    many = traces_phrase(["x", "y", "z"], list(range(16)), 0)
+    assert many.startswith("3 traces from each of ranks 0, 1, 2, 3, 4, 5, 6, 7, ... (rank 0's: x, y, ...)")
