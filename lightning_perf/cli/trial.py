@@ -57,7 +57,7 @@ from lightning_perf.cli.common import (
 )
 from lightning_perf.output.comparison_chart import write_png
 from lightning_perf.trial.api import run_cli_trial, run_command_trial
-from lightning_perf.trial.project.command import check_command, parse_settings
+from lightning_perf.trial.project.command import check_entry
 from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
@@ -218,19 +218,14 @@ def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str
         raise TrialError(f"--timeout-s must be a number of seconds > 0, got {args.timeout_s:g}")
     variants = [parse_variant(text) for text in args.variant]
     check_variant_names([name for name, _ in variants], "--variant")
-    command = getattr(args, "user_command", None)
-    if (args.config is None) == (command is None):
-        raise TrialError(
-            "give --config CFG.yaml or your training command after -- (e.g. `lightning-perf trial --steps 20 "
-            "--variant base --variant w4:num_workers=4 -- python train.py`)"
-            + (", not both" if command is not None else "")
-        )
-    if command is not None:
-        args.user_command = check_command(command)
-        if args.cli is not None:
-            raise TrialError("--cli: only with --config; a command builds its own CLI")
-        for name, overrides in variants:
-            parse_settings(name, overrides, "--variant")
+    args.user_command = check_entry(
+        args.config,
+        getattr(args, "user_command", None),
+        args.cli,
+        variants,
+        "lightning-perf trial --steps 20 --variant base --variant w4:num_workers=4 -- python train.py",
+    )
+    if args.user_command is not None:
         stem = Entry(command=args.user_command).stem()
     else:
         check_configs(args.config, args.cli)

@@ -36,7 +36,7 @@ import sys
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error
-from lightning_perf.trial.project.command import check_command, parse_settings
+from lightning_perf.trial.project.command import check_entry
 from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
@@ -181,21 +181,14 @@ def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str
                 f"--variant {name!r}: give its overrides, e.g. {name}:data.init_args.num_workers=8"
             )
     check_variant_names([BASELINE, DIAGNOSIS, *(n for n, _ in extra)], "--variant")
-    command = getattr(args, "user_command", None)
-    if (args.config is None) == (command is None):
-        raise TrialError(
-            "give either --config CFG.yaml or your training command after -- (e.g. "
-            "`lightning-perf tune -- python train.py`), not both"
-            if command is not None
-            else "give --config CFG.yaml or your training command after -- (e.g. `lightning-perf tune -- python train.py`)"
-        )
-    if command is not None:
-        args.user_command = check_command(command)
-        if args.cli is not None:
-            raise TrialError("--cli: only with --config; a command builds its own CLI")
-        for name, overrides in extra:
-            parse_settings(name, overrides, "--variant")
-    else:
+    args.user_command = check_entry(
+        args.config,
+        getattr(args, "user_command", None),
+        args.cli,
+        extra,
+        "lightning-perf tune -- python train.py",
+    )
+    if args.user_command is None:
         check_configs([args.config], args.cli)
     if args.name is not None:
         check_name(args.name, "--name")

@@ -227,6 +227,14 @@ def test_bad_command_variants_name_the_flag_and_the_settings_allowed(tmp_path):
     assert done.returncode == 2 and "not both" in done.stderr
     done = lightning_perf(project, "tune", "--", "no-such-program-here")
     assert done.returncode == 2 and "not found" in done.stderr
+    # tune and trial share these checks: each command refuses --cli with a command, and neither entry
+    for command in (["tune"], ["trial", "--steps", "5", "--variant", "a", "--variant", "b:num_workers=2"]):
+        done = lightning_perf(project, *command, "--cli", "m:f", "--", sys.executable, "train.py")
+        assert done.returncode == 2 and "--cli: only with --config" in done.stderr, done.stderr
+        done = lightning_perf(project, *command)
+        assert (
+            done.returncode == 2 and "give --config CFG.yaml or your training command after --" in done.stderr
+        )
 
 
 def test_the_text_report_says_where_to_set_the_winner_in_code():
