@@ -3,7 +3,6 @@ or cannot be written, an override value that does not parse; one error line, exi
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from lightning_perf.trial.api import run_trial
 from lightning_perf.trial.spec import TrialError, Variant
 from tests.helpers import TinyDataModule, TinyModel
+from tests.read_only import locked
 from tests.trial.test_trial import trial, workdir  # noqa: F401  (workdir: the fixture)
 
 
@@ -34,16 +34,13 @@ def test_a_log_dir_that_is_a_file_is_refused_before_the_first_round(workdir, cap
     assert f"{workdir / 'notes.txt'} is a file" in line
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through any permission")
 def test_an_unwritable_log_dir_is_refused_before_the_first_round(workdir, capsys):  # noqa: F811
-    locked = workdir / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
-    try:
+    folder = workdir / "locked"
+    folder.mkdir()
+    with locked(folder):  # also as root: the check writes a real file instead of asking access()
         line = _refused_before_any_round(capsys, "--log-dir", "locked/logs")
-    finally:
-        locked.chmod(0o700)
-    assert f"{locked} is not writable" in line
+    assert f"{folder} is not writable (" in line and ("EACCES" in line or "EPERM" in line), line
+    assert list(folder.iterdir()) == []  # the probe file is gone
 
 
 def test_an_override_value_that_does_not_parse_is_refused_naming_it(workdir, capsys):  # noqa: F811

@@ -4,12 +4,9 @@ any fit (an existing one, a folder that cannot take it) and a config that times 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from lightning_perf.trial.decision import METHOD_PER_SAMPLE, choose, judge_batch
 from lightning_perf.trial.proposals import SEMANTIC_LABEL, Candidate
 from lightning_perf.trial.spec import TrialError, TrialResult, Variant, VariantResult
 from tests.helpers import TinyDataModule, TinyModel
+from tests.read_only import locked
 from tests.trial.test_trial import trial
 from tests.trial.test_tune import COMPUTE_BOUND, INPUT_BOUND, REPO_ROOT, STEPS, tune, write
 
@@ -160,29 +158,6 @@ def test_an_existing_tuned_file_is_not_replaced_without_overwrite(project, capsy
     line = refused(capsys, "--config", "exp.yaml", "--steps", STEPS)
     assert "exp.tuned.yaml already exists" in line and "--overwrite" in line, line
     assert mine.read_text() == "# my own settings, kept\n"
-
-
-@contextlib.contextmanager
-def locked(folder: Path) -> Iterator[None]:
-    """``folder`` takes no new file: mode 0o500, or for root (who writes through modes) the immutable flag."""
-    folder.chmod(0o500)
-    immutable = False
-    try:
-        if os.access(folder, os.W_OK):
-            immutable = subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
-            probe = folder / "probe"
-            try:
-                probe.touch()
-            except OSError:
-                pass
-            else:
-                probe.unlink()
-                pytest.skip("cannot make a folder unwritable here (root without chattr)")
-        yield
-    finally:
-        if immutable:
-            subprocess.run(["chattr", "-i", str(folder)], check=True)
-        folder.chmod(0o700)
 
 
 def test_a_config_folder_that_cannot_take_the_tuned_file_fails_before_the_diagnosis(project, capsys):
