@@ -98,8 +98,10 @@ class Decision:
     judged: bool = True
 
 
-def choose(speeds: Sequence[Speed]) -> Decision:
-    """The fastest candidate whose interval lies above 1, or keep the config (and say why)."""
+def choose(speeds: Sequence[Speed], disturbed: Sequence[str] = ()) -> Decision:
+    """The fastest candidate whose interval lies above 1, or keep the config (and say why). ``disturbed`` names
+    the rounds other work on the machine disturbed: with no candidate significantly faster they, not the
+    candidates, may be why, so the answer is "not measured: the machine was busy" instead of keeping the config."""
     significant = [s for s in speeds if s.significant and s.speedup is not None]
     if significant:
         best = max(significant, key=lambda s: s.speedup or 0.0)
@@ -113,6 +115,14 @@ def choose(speeds: Sequence[Speed]) -> Decision:
         )
         return Decision(None, f"no verdict: {why}; {KEEP}", judged=False)
     best = max(measured, key=lambda s: s.speedup or 0.0)
+    if disturbed:
+        more = f" and {len(disturbed) - 1} more" if len(disturbed) > 1 else ""
+        return Decision(
+            None,
+            f"not measured: the machine was busy ({disturbed[0]}{more}); no candidate is significantly faster "
+            f"on these rounds (best: {best.describe()}); {KEEP} and tune again on a quiet machine",
+            judged=False,
+        )
     return Decision(None, f"{KEEP}: no candidate is significantly faster; best: {best.describe()}")
 
 

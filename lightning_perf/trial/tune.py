@@ -340,7 +340,9 @@ def run_tune(
             None, f"no verdict: the baseline failed ({base.error}); keep your config", judged=False
         )
         return result
-    result.decision = choose([s for s in result.speeds if s.name not in barred])
+    result.decision = choose(
+        [s for s in result.speeds if s.name not in barred], disturbance_notes(result.trial.variants)
+    )
     winner = next((c for c in result.candidates if c.name == result.decision.winner), None)
     if winner is not None:
         try:

@@ -145,10 +145,10 @@ def test_a_compute_bound_config_is_told_to_keep_its_config(project, capsys):
     before = write(project / "exp.yaml", COMPUTE_BOUND)
     code = tune("--config", "exp.yaml", "--steps", STEPS, "--repeats", "2")
     out, err = capsys.readouterr()
-    if re.search(r"^\s+\[high\] noisy_machine:", out, re.M):
-        # beside CPU hogs the diagnosis sees only the others holding the cores: no verdict on the config
+    if re.search(r"^verdict: not measured: the machine was busy .*keep your config", out, re.M):
+        # beside CPU hogs: the diagnosis saw only the others holding the cores, or they disturbed the rounds
         assert code == 1, err
-        assert re.search(r"^verdict: not measured: the machine was busy .*keep your config", out, re.M), out
+        assert re.search(r"^\s+\[high\] noisy_machine:", out, re.M) or " was disturbed: " in out, out
     else:
         assert code == 0, err
         assert re.search(r"^verdict: keep your config", out, re.M), out

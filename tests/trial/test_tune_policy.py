@@ -127,6 +127,25 @@ def test_choose_takes_the_fastest_significant_candidate_else_keeps_the_config():
     assert failed.winner is None and not failed.judged and "every candidate failed" in failed.line
 
 
+def test_no_significant_candidate_on_disturbed_rounds_is_not_measured_rather_than_keep():
+    """A 2x estimate whose interval reaches below 1 because other work disturbed the rounds (CI beside two CPU
+    hogs: 2.04x, 0.70-5.94x) is no reason to keep the config: the machine was busy, and tune says so."""
+    speeds = [Speed("w4", "num_workers=4", 2.04, 0.70, 5.94)]
+    disturbed = [
+        "round 2 of baseline was disturbed: other processes used 1.9 of 2 cores (95%)",
+        "round 3 of w4 was disturbed: other processes used 1.8 of 2 cores (90%)",
+    ]
+    busy = choose(speeds, disturbed)
+    assert busy.winner is None and not busy.judged  # no verdict: tune exits 1
+    assert busy.line.startswith(f"not measured: the machine was busy ({disturbed[0]} and 1 more); ")
+    assert "(best: num_workers=4: no measurable difference (estimate 2.04x faster" in busy.line
+    assert busy.line.endswith(f"{KEEP} and tune again on a quiet machine")
+    # a significant winner stands on disturbed rounds (the disturbance only widens an interval), and quiet
+    # rounds keep the config
+    assert choose([Speed("w4", "num_workers=4", 3.0, 2.0, 4.5)], disturbed).winner == "w4"
+    assert choose(speeds).line.startswith(f"{KEEP}: no candidate is significantly faster")
+
+
 def test_the_budget_plan_cuts_rounds_then_candidates_and_says_when_nothing_fits():
     assert plan_rounds(10.0, 4, 3, None) == (3, 4)
     assert plan_rounds(10.0, 4, 3, 1000.0) == (3, 4)
