@@ -167,8 +167,8 @@ def run_study(args: argparse.Namespace) -> int:
         f"\nOpen every run in TensorBoard (Scalars, Text, PyTorch Profiler tabs):\n"
         f"  tensorboard --logdir {os.path.join(study_dir(args), TUNE_EXPERIMENT)}\n"
     )
-    busy = result.decision.line.startswith("not measured: the machine was busy")
-    if speed is None or busy:  # busy: tune's own verdict withheld, so the study does not give one either
+    # tune gave no verdict (the machine was busy, nothing measured): neither does the study
+    if speed is None or not result.decision.judged:
         why = "; ".join([result.decision.line.removeprefix("not measured: "), *result.notes])
         print(f"case study verdict: not measured ({why})")
         return 1

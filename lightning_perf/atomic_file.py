@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -103,3 +104,11 @@ def why_unwritable(directory: str) -> OSError | None:
     else:
         return None
     return OSError(code, os.strerror(code), directory)
+
+
+def probe_write(directory: str) -> None:
+    """Create and remove a file in ``directory``, raising the OSError a real write meets: ``os.access`` is not
+    enough, root passes it where a read-only mount or ``chattr +i`` refuses."""
+    handle, probe = tempfile.mkstemp(prefix=".lightning-perf.", suffix=".check", dir=directory)
+    os.close(handle)
+    os.unlink(probe)

@@ -98,6 +98,16 @@ class Decision:
     judged: bool = True
 
 
+def machine_was_busy(why: str, detail: str = "") -> Decision:
+    """No verdict either way: others' work on the machine hid what the config needs (``why``)."""
+    said = f"; {detail}" if detail else ""
+    return Decision(
+        None,
+        f"not measured: the machine was busy ({why}){said}; {KEEP} and tune again on a quiet machine",
+        judged=False,
+    )
+
+
 def choose(speeds: Sequence[Speed], disturbed: Sequence[str] = ()) -> Decision:
     """The fastest candidate whose interval lies above 1, or keep the config (and say why). ``disturbed`` names
     the rounds other work on the machine disturbed: with no candidate significantly faster they, not the
@@ -117,11 +127,9 @@ def choose(speeds: Sequence[Speed], disturbed: Sequence[str] = ()) -> Decision:
     best = max(measured, key=lambda s: s.speedup or 0.0)
     if disturbed:
         more = f" and {len(disturbed) - 1} more" if len(disturbed) > 1 else ""
-        return Decision(
-            None,
-            f"not measured: the machine was busy ({disturbed[0]}{more}); no candidate is significantly faster "
-            f"on these rounds (best: {best.describe()}); {KEEP} and tune again on a quiet machine",
-            judged=False,
+        return machine_was_busy(
+            f"{disturbed[0]}{more}",
+            f"no candidate is significantly faster on these rounds (best: {best.describe()})",
         )
     return Decision(None, f"{KEEP}: no candidate is significantly faster; best: {best.describe()}")
 

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.analysis.verdicts.comparison import Comparison
 from lightning_perf.analysis.verdicts.comparison_render import to_json
-from lightning_perf.atomic_file import describe_os_error
+from lightning_perf.atomic_file import describe_os_error, probe_write
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
 from lightning_perf.trial.rendering import disturbed_rounds, render_trial, trial_plan
@@ -324,10 +323,8 @@ def check_log_dir(experiment_dir: str, label: str) -> None:
         raise TrialError(
             f"{label}: {existing} is a file, not a directory (ENOTDIR); give a directory for the runs"
         )
-    try:  # a real file, not os.access: root passes access() where a read-only mount or chattr +i refuses
-        handle, probe = tempfile.mkstemp(prefix=".lightning-perf.", suffix=".check", dir=existing)
-        os.close(handle)
-        os.unlink(probe)
+    try:
+        probe_write(existing)
     except OSError as err:
         raise TrialError(
             f"{label}: {existing} is not writable ({describe_os_error(err)}); give a directory you can write"

@@ -39,6 +39,7 @@ from lightning_perf.trial.decision import (
     Speed,
     choose,
     judge_batch_sizes,
+    machine_was_busy,
     speeds_from_trial,
 )
 from lightning_perf.trial.project.terms import InProjectTerms
@@ -273,12 +274,7 @@ def run_tune(
     if not result.candidates:
         held = next((f for f in result.findings if f.id == MACHINE_FINDING and f.severity == "high"), None)
         result.decision = (
-            Decision(  # the diagnosis could not see the run's own needs: no verdict either way
-                None,
-                f"not measured: the machine was busy ({held.title.lower()}); keep your config and tune again "
-                "on a quiet machine",
-                judged=False,
-            )
+            machine_was_busy(held.title.lower())  # the diagnosis could not see the run's own needs
             if held is not None
             else Decision(None, "keep your config: the diagnosis found no change to try in the config")
         )

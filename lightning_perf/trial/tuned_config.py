@@ -13,10 +13,9 @@ import copy
 import difflib
 import errno
 import os
-import tempfile
 from typing import Any
 
-from lightning_perf.atomic_file import atomic_open, describe_os_error
+from lightning_perf.atomic_file import atomic_open, describe_os_error, probe_write
 from lightning_perf.trial.spec import TrialError
 
 TUNED_SUFFIX = ".tuned"
@@ -42,9 +41,7 @@ def check_tuned_output(config_path: str, overwrite: bool) -> str:
         )
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        handle, probe = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".check", dir=folder)
-        os.close(handle)
-        os.unlink(probe)
+        probe_write(folder)
     except OSError as err:
         raise TrialError(
             f"cannot write the tuned config {path}: its folder {folder} is not writable ({describe_os_error(err)}); "
