@@ -141,6 +141,17 @@ def _probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> tuple[
     return dataloader, probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode)
 
 
+def measure_handoff(summary: RunSummary, dataloader: Any) -> None:
+    """What one batch costs to hand over from a worker (:mod:`lightning_perf.probes.handoff`), into
+    ``summary.probes["handoff"]``: a fraction of a second, one worker started and stopped."""
+    from lightning_perf.probes.handoff import measure_handoff as measure
+
+    found = measure(dataloader)
+    summary.probes["handoff"] = dataclasses.asdict(found)
+    if found.error:
+        log.info(f"lightning-perf: the hand-off of a batch from a worker was not measured: {found.error}")
+
+
 def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> None:
     """The num_workers probe of a finished fit into ``summary.probes``.
 
@@ -157,8 +168,14 @@ def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> No
     )
     compute = summary.timing.compute_ms.mean if summary.timing.compute_ms else None
     loading = loading_of(summary)
+    handoff = summary.probes.get("handoff")
+    main_ms = handoff.get("main_ms") if isinstance(handoff, dict) else None
     found = probe(
-        dataloader, compute, budget_s=budget, loading_waits=loading is not None and loading.cause == WAITS
+        dataloader,
+        compute,
+        budget_s=budget,
+        loading_waits=loading is not None and loading.cause == WAITS,
+        handoff_main_ms=main_ms,
     )
     summary.probes["num_workers"] = dataclasses.asdict(found)
     log.info(f"lightning-perf: num_workers probe: suggests {found.suggested}: {found.reason}")
@@ -327,9 +344,11 @@ def complete(
             ab = cudnn_ab(trainer, ab_spec, reducer)
             if trainer.is_global_zero:
                 summary.probes["cudnn_benchmark"] = ab
+        plan = _probe_plan(trainer, summary, config)
+        if plan is not None:  # an input-bound fit: what a worker's hand-off costs, before any workers advice
+            measure_handoff(summary, plan[0])
         if _diagnosed(trainer, summary, config):
             diagnose_run(summary)
-        plan = _probe_plan(trainer, summary, config)
         probe_follows = plan is not None and plan[1] is not None
     except Exception as err:
         log.warning(f"lightning-perf: could not complete the run summary: {err}")

@@ -125,6 +125,7 @@ def probe_num_workers(
     max_workers: int | None = None,
     margin: float = DEFAULT_MARGIN,
     loading_waits: bool = False,
+    handoff_main_ms: float | None = None,
 ) -> NumWorkersProbe:
     """Measure batches/s for increasing ``num_workers`` and suggest the smallest whose loading the step hides.
 
@@ -138,6 +139,8 @@ def probe_num_workers(
         margin: how much faster than compute the delivery of 1 or more workers must be.
         loading_waits: the caller measured that the loading waits (storage, network, sleep: CPU time well
             below wall time), so workers beyond the cores can still add delivery.
+        handoff_main_ms: the training thread's CPU time per batch a worker hands over
+            (:mod:`lightning_perf.probes.handoff`): the least wait any worker count leaves; ``None``: not measured.
     """
     if not isinstance(dataloader, DataLoader):
         raise ValueError(
@@ -157,6 +160,9 @@ def probe_num_workers(
         raise ValueError(f"margin: expected a positive number, got {margin!r}")
     if not isinstance(loading_waits, bool):
         raise ValueError(f"loading_waits: expected True or False, got {loading_waits!r}")
+    if handoff_main_ms is not None and (finite(handoff_main_ms) is None or handoff_main_ms < 0):
+        raise ValueError(f"handoff_main_ms: expected a number >= 0 or None, got {handoff_main_ms!r}")
+    floor = float(handoff_main_ms or 0.0)
 
     counts, counts_note = probe_counts(max_workers, loading_waits)
     target = None if compute_ms_per_batch is None else 1000.0 / compute_ms_per_batch
@@ -164,7 +170,7 @@ def probe_num_workers(
     deadline = time.perf_counter() + budget_s
     candidates: list[dict[str, Any]] = []
     kept_up = False
-    with _preserved_random_state(dataloader), warnings.catch_warnings():
+    with preserved_random_state(dataloader), warnings.catch_warnings():
         # torch warns about more workers than cores, or pin_memory without CUDA; the probe decides itself
         warnings.filterwarnings("ignore", message=r".*(worker|pin_memory).*", category=UserWarning)
         for index, workers in enumerate(counts):
@@ -172,7 +178,7 @@ def probe_num_workers(
             if remaining <= 0:
                 break
             result = _measure(dataloader, workers, remaining / (len(counts) - index), remaining)
-            wait = predicted_wait_ms(result, target)
+            wait = predicted_wait_ms(result, target, floor)
             result["predicted_wait_ms"] = wait
             result["predicted_step_ms"] = None if wait is None or target is None else 1000.0 / target + wait
             candidates.append(result)
@@ -192,7 +198,7 @@ def probe_num_workers(
     noisy = noisy_machine(RunSummary(machine=watch.finish()), None)
     note = ""
     if noisy is None:
-        suggested, reason = suggest_from_candidates(candidates, target, margin)
+        suggested, reason = suggest_from_candidates(candidates, target, margin, floor)
     else:
         note = noisy.evidence.removeprefix("During the run ").split(":")[0]
         suggested, reason = (
@@ -229,7 +235,7 @@ def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: 
     }
     start = time.perf_counter()
     try:
-        loader = _copy(dataloader, workers, timeout_s=max(remaining_s, MIN_WORKER_TIMEOUT_S))
+        loader = copy_loader(dataloader, workers, timeout_s=max(remaining_s, MIN_WORKER_TIMEOUT_S))
         for repeat in range(REPEATS):
             if repeat and time.perf_counter() >= start + slice_s:
                 break  # slow batches used the slice up: no time for another start
@@ -311,7 +317,7 @@ def _time_stream(loader: DataLoader, workers: int, end: float, last_end: float) 
             return stream
 
 
-def _copy(dataloader: DataLoader, workers: int, timeout_s: float) -> DataLoader:
+def copy_loader(dataloader: DataLoader, workers: int, timeout_s: float) -> DataLoader:
     """A DataLoader over the same data with ``workers`` workers; no generator, no persistent workers."""
     kwargs: dict[str, Any] = {
         "num_workers": workers,
@@ -345,7 +351,7 @@ def _shutdown(iterator: Any) -> None:
 
 
 @contextlib.contextmanager
-def _preserved_random_state(dataloader: DataLoader) -> Iterator[None]:
+def preserved_random_state(dataloader: DataLoader) -> Iterator[None]:
     """Restore every RNG the probe advances: the sampler's generator, torch's, Python's and NumPy's.
 
     Shuffling samplers draw from their generator, each new iterator draws a worker seed from torch's

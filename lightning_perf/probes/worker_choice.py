@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_perf.analysis.rules.thresholds import INPUT_BOUND_MODERATE_PCT, WORKERS_MARGIN
+from lightning_perf.analysis.rules.thresholds import (
+    INPUT_BOUND_MODERATE_PCT,
+    NEAR_BEST_STEP_PCT,
+    WORKERS_MARGIN,
+)
 
 # Delivery must beat the model's compute rate by this factor (shared with the diagnosis' estimate).
 DEFAULT_MARGIN = WORKERS_MARGIN
 # num_workers=0 loads in the training process, never beside the step: it is acceptable only when that wait is
 # below this share of its predicted step, TensorFlow's "moderately input-bound" line (thresholds.py).
 ZERO_WORKERS_WAIT_PCT = INPUT_BOUND_MODERATE_PCT
-# When no value keeps up, the smallest num_workers whose predicted step is within this share of the shortest is
-# suggested. Our choice: the same 5% line, below which a difference in step time is not worth more processes.
-NEAR_BEST_STEP_PCT = 5.0
+# When no value keeps up, the smallest num_workers whose predicted step is within NEAR_BEST_STEP_PCT (thresholds.py)
+# of the shortest is suggested.
 
 MEASURED = "measured"
 NOT_MEASURED = "not measured"
@@ -39,12 +42,16 @@ def _slowest_rate(candidate: dict[str, Any]) -> float | None:
     return min(repeats) if repeats else candidate.get("batches_per_sec")
 
 
-def predicted_wait_ms(candidate: dict[str, Any], compute_batches_per_sec: float | None) -> float | None:
+def predicted_wait_ms(
+    candidate: dict[str, Any], compute_batches_per_sec: float | None, handoff_main_ms: float = 0.0
+) -> float | None:
     """The loop's predicted wait for data per step with this candidate, from its slowest start's rate.
 
     0 workers: loading never overlaps the step, so the whole load time of a batch (1000 / rate) is waited.
     N >= 1 workers, steady state: they load while the step computes, so the wait is what loading takes beyond
-    the compute time, max(0, 1000 / rate - compute_ms). ``None`` when not measured or without a compute rate.
+    the compute time, and at least the training thread's share of each batch's hand-off (``handoff_main_ms``,
+    :mod:`lightning_perf.probes.handoff`), which no worker takes off it: max(handoff_main_ms, 1000 / rate -
+    compute_ms). ``None`` when not measured or without a compute rate.
     """
     rate = _slowest_rate(candidate) if _is_measured(candidate) else None
     if rate is None or rate <= 0 or compute_batches_per_sec is None:
@@ -52,7 +59,7 @@ def predicted_wait_ms(candidate: dict[str, Any], compute_batches_per_sec: float 
     load_ms = 1000.0 / rate
     if candidate["num_workers"] == 0:
         return load_ms
-    return max(0.0, load_ms - 1000.0 / compute_batches_per_sec)
+    return max(handoff_main_ms, load_ms - 1000.0 / compute_batches_per_sec)
 
 
 def acceptable(candidate: dict[str, Any], compute_batches_per_sec: float, margin: float) -> bool:
@@ -114,7 +121,10 @@ def _zero_text(measured: list[dict[str, Any]], compute_batches_per_sec: float) -
 
 
 def suggest_from_candidates(
-    candidates: list[dict[str, Any]], compute_batches_per_sec: float | None, margin: float = DEFAULT_MARGIN
+    candidates: list[dict[str, Any]],
+    compute_batches_per_sec: float | None,
+    margin: float = DEFAULT_MARGIN,
+    handoff_main_ms: float = 0.0,
 ) -> tuple[int | None, str]:
     """The suggestion and its reason from the tried candidates (in increasing ``num_workers``).
 
@@ -143,6 +153,17 @@ def suggest_from_candidates(
     compute_ms = 1000.0 / compute_batches_per_sec
     model = f"the model's {compute_batches_per_sec:.1f} batches/s"
     pick = next((c for c in measured if acceptable(c, compute_batches_per_sec, margin)), None)
+    zero = next((c for c in measured if c["num_workers"] == 0), None)
+    if pick is not None and pick["num_workers"] > 0 and zero is not None:
+        # workers that keep up still leave the training thread its share of each hand-off: where that is more
+        # than the whole fetch without workers, 0 is the faster choice
+        zero_wait = predicted_wait_ms(zero, compute_batches_per_sec) or 0.0
+        if zero_wait <= (predicted_wait_ms(pick, compute_batches_per_sec, handoff_main_ms) or 0.0):
+            return 0, (
+                f"num_workers=0 delivers {_rate_text(zero)}: its predicted wait, {zero_wait:.1f} ms a step, is no "
+                f"more than the {handoff_main_ms:.2f} ms the training thread spends receiving each batch from a "
+                "worker" + tail
+            )
     if pick is not None and pick["num_workers"] == 0:
         wait = predicted_wait_ms(pick, compute_batches_per_sec) or 0.0
         return 0, (
@@ -152,7 +173,7 @@ def suggest_from_candidates(
         )
     if pick is not None:
         slowest = "even in its slowest start, " if len(pick.get("repeat_rates") or []) > 1 else ""
-        wait = predicted_wait_ms(pick, compute_batches_per_sec) or 0.0
+        wait = predicted_wait_ms(pick, compute_batches_per_sec, handoff_main_ms) or 0.0
         return pick["num_workers"], (
             f"num_workers={pick['num_workers']} delivers {_rate_text(pick)}, {slowest}at least {margin:g}x "
             f"{model}: predicted wait {wait:.1f} ms a step{_zero_text(measured, compute_batches_per_sec)}"
@@ -160,7 +181,7 @@ def suggest_from_candidates(
         )
 
     def step(candidate: dict[str, Any]) -> float:
-        return compute_ms + (predicted_wait_ms(candidate, compute_batches_per_sec) or 0.0)
+        return compute_ms + (predicted_wait_ms(candidate, compute_batches_per_sec, handoff_main_ms) or 0.0)
 
     best = min(step(c) for c in measured)
     pick = next(c for c in measured if step(c) <= best * (1.0 + NEAR_BEST_STEP_PCT / 100.0))

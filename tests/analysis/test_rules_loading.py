@@ -139,10 +139,28 @@ def test_a_probe_never_lowers_the_workers_of_an_input_bound_run():
     assert by_id(diagnose(summary), "workers_exceed_cores") is None
 
 
-def test_a_disturbed_probe_is_not_used_to_choose():
+def test_a_probe_that_measured_fewer_workers_faster_lowers_them():
+    summary = storage_run(4)
+    rates = {0: 30.0, 1: 80.0, 2: 70.0, 4: 60.0}
+    candidates = [{"num_workers": n, "status": "measured", "batches_per_sec": r} for n, r in rates.items()]
+    summary.probes["num_workers"] = {"candidates": candidates, "suggested": 1, "reason": "r"}
+    workers, why = suggest_workers(summary)
+    assert workers == 1 and why.startswith("measured by the num_workers probe")
+
+
+def test_a_disturbed_probe_gives_no_settings_change_and_no_fallback_estimate():
     summary = storage_run(0)
-    summary.probes["num_workers"] = {"candidates": [], "suggested": 0, "reason": "r", "disturbed": True}
-    assert workers_advised(summary) >= 2
+    summary.probes["num_workers"] = {
+        "candidates": [],
+        "suggested": None,
+        "reason": "r",
+        "disturbed": True,
+        "machine_note": "other processes used 1.9 of 2 cores",
+    }
+    workers, why = suggest_workers(summary)
+    assert workers is None and why.startswith("not measured") and "1.9 of 2 cores" in why
+    found = by_id(diagnose(summary), "input_bound")
+    assert found.settings_change == {} and "No workers count is advised (not measured" in found.recommendation
 
 
 def test_same_advice_from_a_json_round_trip():

@@ -9,7 +9,13 @@ from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import lightning_worker_bound, means, on_cuda, usable_cores
-from lightning_perf.analysis.rules.loading import WAITS, loading_of, machine_busy, suggest_workers
+from lightning_perf.analysis.rules.loading import (
+    NOT_MEASURED,
+    WAITS,
+    loading_of,
+    machine_busy,
+    suggest_workers,
+)
 from lightning_perf.analysis.rules.thresholds import (
     EPOCH_START_SHARE_PCT,
     INPUT_BOUND_HIGH_PCT,
@@ -18,6 +24,7 @@ from lightning_perf.analysis.rules.thresholds import (
     VERDICTS,
     WORKER_SATURATED_PCT,
 )
+from lightning_perf.analysis.rules.worker_model import handoff_of
 from lightning_perf.analysis.summary import Finding, RunSummary
 
 # Fewer timed steps than this (and at least MIN_STEPS_FOR_VERDICT) give a hedged verdict: "may be ... (a short run)": worker start-up and the first prefetch
@@ -121,14 +128,29 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     if loading is not None:
         evidence += f"; {loading.describe()}"
     workers, why = suggest_workers(summary)
-    change = {} if workers is None else {"num_workers": workers}
+    change: dict[str, object] = {} if workers is None else {"num_workers": workers}
+    current = summary.settings.num_workers
     if workers is not None:
         recommendation = f"Set `num_workers={workers}` in the training DataLoader ({why})."
-        if loading is not None and loading.cause == WAITS:
+        more = workers > 0 and (current is None or workers > current)
+        if more and loading is not None and loading.cause == WAITS:
             recommendation += (
                 " Workers that wait cost little CPU; keep them alive across epochs (`persistent_workers=True`) "
                 "and raise `prefetch_factor` if the wait stays uneven."
             )
+        if (
+            workers > 0
+            and summary.settings.persistent_workers is not True
+            and "persistent_workers=True" in recommendation
+        ):
+            change["persistent_workers"] = True  # the change does what the text says
+    elif why.startswith(NOT_MEASURED):
+        recommendation = f"No workers count is advised ({why})."
+    elif why and handoff_of(summary) is not None:
+        recommendation = (
+            f"Keep `num_workers={current}` ({why}); the wait is the loading itself: make the per-sample work "
+            "cheaper or the batches larger."
+        )
     elif why and loading is not None and loading.cause == WAITS:
         recommendation = (
             f"No more workers are advised ({why}): make the storage faster for this job (a local copy or cache "
@@ -167,6 +189,8 @@ def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | No
     timing, settings = summary.timing, summary.settings
     if not settings.num_workers or settings.persistent_workers is not False:
         return None
+    if verdict in VERDICTS[:2] and fewer_workers_advised(summary):
+        return None
     start, step = timing.epoch_start_ms, timing.step_time_ms
     if start is None or step is None or timing.epochs <= 0 or timing.steps <= 0:
         return None
@@ -189,9 +213,19 @@ def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | No
     )
 
 
+def fewer_workers_advised(summary: RunSummary) -> bool:
+    """The workers advice of this run is fewer workers than it has (the hand-off is the wait): then no finding
+    may tune the workers it is told to drop."""
+    current = summary.settings.num_workers
+    if not current:
+        return False
+    workers, _ = suggest_workers(summary)
+    return workers is not None and workers < current
+
+
 def prefetch_factor(summary: RunSummary, verdict: str | None) -> Finding | None:
     workers = summary.settings.num_workers
-    if verdict not in VERDICTS[:2] or not workers:
+    if verdict not in VERDICTS[:2] or not workers or fewer_workers_advised(summary):
         return None
     loading = loading_of(summary)
     if (

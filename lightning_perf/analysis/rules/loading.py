@@ -34,6 +34,7 @@ from lightning_perf.analysis.rules.thresholds import (
     WAITING_WORKERS_MAX,
     WORKERS_MARGIN,
 )
+from lightning_perf.analysis.rules.worker_model import charged_choice
 from lightning_perf.analysis.summary import RunSummary
 
 WAITS = "waits"
@@ -133,24 +134,63 @@ def waiting_workers_cap(summary: RunSummary, loading: Loading, cores: int) -> tu
     )
 
 
+NOT_MEASURED = "not measured"
+
+
 def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
-    """(num_workers, why) for an input-bound run: ``(None, why)`` when more workers cannot help, ``(None, "")``
-    when there is not enough data to say. Never fewer workers than the run has; from 0 always at least 1."""
+    """(num_workers, why) for an input-bound run: ``(None, why)`` when no other count is advised (``why`` starting
+    with ``NOT_MEASURED`` when a busy machine disturbed the measurement), ``(None, "")`` when there is not enough
+    data to say.
+
+    A num_workers probe that measured undisturbed decides, fewer workers or 0 included. Without one, a measured
+    hand-off (:mod:`lightning_perf.analysis.rules.worker_model`) charges every worker count its cost and the count
+    with the shortest predicted step is advised, fewer or 0 included. With neither, the old estimate: never fewer
+    workers than the run has, from 0 at least 1."""
     current = summary.settings.num_workers
-    loading = loading_of(summary)
+    probe = summary.probes.get("num_workers")
+    if probe is not None and probe_value(probe, "disturbed"):
+        note = probe_value(probe, "machine_note") or "other processes busied the machine"
+        return None, (
+            f"{NOT_MEASURED}: the num_workers probe ran on a busy machine ({note}), so no count is advised; "
+            "measure again on a quiet machine"
+        )
     measured = _probe_suggestion(summary)
     if measured is not None:
         suggested, reason = measured
-        if current is None or suggested > current:
+        if (
+            current is None
+            or suggested > current
+            or (suggested < current and _probe_compared(probe, suggested))
+        ):
             return suggested, f"measured by the num_workers probe: {reason}"
-        if current == 0:  # a probe that found 0 enough cannot undo that 0 workers never overlap the step
+        if current == 0 and not _probe_compared(probe, 0):
+            # a probe that timed no worker count beside 0 cannot undo that 0 workers never overlap the step
             return (
                 1,
                 "with 0 workers loading never overlaps the step; the num_workers probe found no more needed",
             )
         return None, f"the num_workers probe found nothing faster than {current}: {reason}"
+    loading = loading_of(summary)
     cores = usable_cores(summary)
     local_ranks = max(summary.settings.devices or 1, 1)
+    waits = loading is not None and loading.cause == WAITS
+    if waits:
+        assert loading is not None
+        cap, cap_why = waiting_workers_cap(summary, loading, cores or 1)
+    elif cores:
+        cap, cap_why = (
+            lightning_worker_bound(cores, local_ranks),
+            f"capped at {lightning_worker_bound(cores, local_ranks)} for {cores} cores",
+        )
+    else:
+        cap, cap_why = None, ""
+    charged = charged_choice(summary, cap)
+    if charged is not None:
+        pick, why = charged
+        if loading is not None and (pick is None or current is None or pick >= current):
+            # not where fewer workers are advised: workers that wait on the hand-off queue are not storage
+            why = f"{loading.describe()}; {why}"
+        return pick, why
     estimate = estimate_workers(summary)
     if estimate is None:
         if current is None:
@@ -162,18 +202,16 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
         target, why = max(1, current * 2), "heuristic: twice the current workers"
     else:
         target, why = estimate
-    waits = loading is not None and loading.cause == WAITS
     if waits:
-        assert loading is not None
-        cap, cap_why = waiting_workers_cap(summary, loading, cores or 1)
+        assert loading is not None and cap is not None
         # up to the probe's ladder (1, 2, 4, 8, ...): a sleeping worker more costs little, and the same run twice
         # must not be told 15 and then 16 because its compute time moved with the machine's load
         target = 1 << (target - 1).bit_length()
         why = f"{loading.describe()}, so workers past the core count overlap it; {why}, rounded up to a power of two"
         enough = f"{_workers(current)} are the most worth having here ({cap_why}; {loading.describe()})"
     else:
-        cap = lightning_worker_bound(cores, local_ranks) if cores else target
-        cap_why = f"capped at {cap} for {cores} cores"
+        cap = cap if cap is not None else target
+        cap_why = cap_why or f"capped at {cap}"
         if loading is not None:
             why = f"{loading.describe()}; {why}"
         enough = (
@@ -221,6 +259,18 @@ def _probe_suggestion(summary: RunSummary) -> tuple[int, str] | None:
     if whole(suggested) is None:
         return None
     return suggested, probe_value(probe, "reason") or "no reason recorded"
+
+
+def _probe_compared(probe: object, workers: int) -> bool:
+    """The probe measured ``workers`` and at least one larger count beside it (a hand-built or failed probe that
+    measured nothing cannot take workers away)."""
+    candidates = probe_value(probe, "candidates")
+    measured = {
+        c.get("num_workers")
+        for c in (candidates if isinstance(candidates, list) else [])
+        if isinstance(c, dict) and _num(c.get("batches_per_sec")) and not c.get("error")
+    }
+    return workers in measured and any(isinstance(n, int) and n > workers for n in measured)
 
 
 def _workers(count: int | None) -> str:

@@ -38,6 +38,11 @@ STRAGGLER_MIN_GAP_MS = 2.0
 STRAGGLER_HIGH_PCT = 20.0
 # Safety margin when estimating num_workers from the measured wait (the probe uses the same margin).
 WORKERS_MARGIN = 1.2
+# A worker count whose predicted step (the num_workers probe's, or the hand-off model's in rules/worker_model.py)
+# is within this share of the shortest counts as fast as it: the fewest workers among those are advised, and the
+# run's own count is kept when it is among them. Our choice: TensorFlow's 5% "visible" line
+# (INPUT_BOUND_MODERATE_PCT), below which a difference in step time is not worth a change or more processes.
+NEAR_BEST_STEP_PCT = 5.0
 # More workers "gain" only when the num_workers probe measured a delivery rate this many times the rate of
 # the run's own setting: the same margin the probe asks of a candidate before it says it keeps up.
 PROBE_GAIN_MIN = WORKERS_MARGIN

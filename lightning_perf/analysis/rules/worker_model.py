@@ -1,0 +1,155 @@
+"""How many DataLoader workers a run wants once each worker's hand-off of a batch is charged.
+
+A worker's batch is pickled, queued through shared memory and rebuilt by the training process: a cost per batch
+that 0 workers never pay (``summary.probes["handoff"]``, measured by :mod:`lightning_perf.probes.handoff`: the
+wall time per batch ``H`` one worker needs to deliver a ready batch, and the training thread's own share ``h``).
+With a batch's load time ``L`` and compute time ``C``, the step is about
+
+* 0 workers: ``C + L`` (loading never overlaps the step);
+* N workers: ``C + max(h, margin * (L + H) / N - C)``: each worker loads and hands over its batch while the step
+  computes, and the training thread pays its share of the hand-off whatever N is.
+
+So workers are worth having only where the fetch costs more than the hand-off, and fewer workers (down to 0) are
+advised where the hand-off is the wait. ``L`` comes from the run: the mean wait with 0 workers (the whole fetch);
+with N workers the batches the hand-off measurement fetched in the training process after the fit, or else
+``N x step - H`` (workers that keep the loop waiting deliver one batch every N steps), an upper bound when they do
+not, which can only keep workers, never take them away wrongly.
+
+Pure: reads a :class:`RunSummary`, imports nothing from Lightning or torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lightning_perf.analysis.numbers import finite as _num
+from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rules.helpers import probe_value
+from lightning_perf.analysis.rules.thresholds import NEAR_BEST_STEP_PCT, WORKERS_MARGIN
+from lightning_perf.analysis.summary import RunSummary
+
+
+@dataclass(frozen=True)
+class HandOffCost:
+    per_batch_ms: float  # one worker's steady wall time per ready batch delivered
+    main_ms: float  # the training thread's CPU time per batch received
+    batch_bytes: int
+    load_ms: float | None = (
+        None  # a batch fetched in the training process with 0 workers, timed after the fit
+    )
+
+    def describe(self) -> str:
+        size = f" for {_bytes(self.batch_bytes)}" if self.batch_bytes else ""
+        return (
+            f"a worker hands a batch over in {_ms(self.per_batch_ms)} ms{size} (measured, "
+            f"{_ms(self.main_ms)} ms of it in the training thread)"
+        )
+
+
+def handoff_of(summary: RunSummary) -> HandOffCost | None:
+    """The measured hand-off of the run's batch, or ``None`` when it was not measured."""
+    probe = summary.probes.get("handoff")
+    if probe is None:
+        return None
+    per_batch, main = _num(probe_value(probe, "ms_per_batch")), _num(probe_value(probe, "main_ms"))
+    if per_batch is None or per_batch <= 0:
+        return None
+    size, load = probe_value(probe, "batch_bytes"), _num(probe_value(probe, "load_ms"))
+    return HandOffCost(
+        per_batch,
+        max(0.0, main or 0.0),
+        size if isinstance(size, int) else 0,
+        load if load and load > 0 else None,
+    )
+
+
+def predicted_step_ms(workers: int, load_ms: float, compute_ms: float, handoff: HandOffCost) -> float:
+    """The step with ``workers`` workers (see the module's docstring)."""
+    if workers == 0:
+        return compute_ms + load_ms
+    per_worker = WORKERS_MARGIN * (load_ms + handoff.per_batch_ms) / workers
+    return compute_ms + max(handoff.main_ms, per_worker - compute_ms)
+
+
+def load_and_compute_ms(summary: RunSummary, handoff: HandOffCost) -> tuple[float, float] | None:
+    """(a batch's load time, its compute time) from the run's means; ``None`` without them."""
+    timing, current = summary.timing, summary.settings.num_workers
+    step, wait = timing.step_time_ms, timing.data_wait_ms
+    if current is None or step is None or wait is None:
+        return None
+    compute = step.mean - wait.mean
+    if (
+        timing.gpu_compute_ms is not None
+    ):  # the GPU's own time: host compute is understated when it runs ahead
+        compute = timing.gpu_compute_ms.mean
+    if compute <= 0:
+        return None
+    if current == 0:  # the run's own fetches, every step
+        return wait.mean, compute
+    if handoff.load_ms is not None:  # timed in this process after the fit
+        return handoff.load_ms, compute
+    return max(0.0, current * step.mean - handoff.per_batch_ms), compute
+
+
+def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, str] | None:
+    """(num_workers or ``None`` for "keep the run's", why) from the measured hand-off; ``None`` when the hand-off,
+    the run's means or its worker count are unknown. Counts tried: 0, the run's, powers of two up to ``cap``
+    (and ``cap``); advised: the fewest whose predicted step is within ``NEAR_BEST_STEP_PCT`` of the shortest,
+    and only when the run's own count is not."""
+    handoff = handoff_of(summary)
+    current = summary.settings.num_workers
+    if handoff is None or current is None:
+        return None
+    means = load_and_compute_ms(summary, handoff)
+    if means is None:
+        return None
+    load, compute = means
+    top = max(cap or 1, current)
+    counts = sorted({0, current, top, *(1 << k for k in range(top.bit_length()) if 1 << k <= top)})
+    steps = {n: predicted_step_ms(n, load, compute, handoff) for n in counts}
+    best = min(steps.values())
+    near = best * (1.0 + NEAR_BEST_STEP_PCT / 100.0)
+    if current == 0:
+        source = "the run's fetches in the training thread"
+    elif handoff.load_ms is not None:
+        source = "fetched in the training process after the fit, no workers"
+    else:
+        source = f"{_workers(current)} x the step, less the hand-off"
+    basis = (
+        f"a batch takes ~{_ms(load)} ms to load ({source}) and {_ms(compute)} ms to compute, and "
+        f"{handoff.describe()}"
+    )
+    if steps[current] <= near:
+        others = ", ".join(f"{_ms(steps[n])} ms with {n}" for n in counts if n != current)
+        return None, (
+            f"{basis}: predicted step {_ms(steps[current])} ms with {_workers(current)}, against {others}; "
+            f"no count is {NEAR_BEST_STEP_PCT:g}% faster"
+        )
+    pick = min(n for n in counts if steps[n] <= near)
+    if pick < current:
+        head = (
+            "the hand-off costs more than the loading it moves off the training thread"
+            if handoff.per_batch_ms >= load
+            else "each batch's hand-off costs more than overlapping its loading saves"
+        )
+    else:
+        head = "the loading costs more than its hand-off, so workers overlap it with the step"
+    return pick, (
+        f"{head}: {basis}; predicted step {_ms(steps[pick])} ms with {_workers(pick)} against "
+        f"{_ms(steps[current])} ms with {_workers(current)}"
+    )
+
+
+def _workers(count: int) -> str:
+    return "1 worker" if count == 1 else f"{count} workers"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else _fmt(value)
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("MB", 1e6), ("KB", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
