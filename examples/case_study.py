@@ -171,7 +171,8 @@ def run_study(args: argparse.Namespace) -> int:
     if speed is None or not result.decision.judged:
         why = "; ".join([result.decision.line.removeprefix("not measured: "), *result.notes])
         print(f"case study verdict: not measured ({why})")
-        return 1
+        # an honest answer, not a failure: `make demo` must not end in "make: *** Error 1" on a busy machine
+        return 0
     applied = next((c.findings for c in result.candidates if c.name == speed.name), [])
     source = f"tune's proposal from the finding{'s' if len(applied) != 1 else ''} {', '.join(applied)}"
     print(

@@ -65,7 +65,7 @@ def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp
         last = out.rstrip().splitlines()[-1]
         busy = any(f.id == "noisy_machine" and f.severity == "high" for f in diagnosis.findings)
         said = "the machine was busy" if busy else "keep your config"
-        assert code == 1 and last.startswith(f"case study verdict: not measured ({said}"), out
+        assert code == 0 and last.startswith(f"case study verdict: not measured ({said}"), out
         return
     candidates = out.split("candidates:")[1]
     for finding in proposed:  # every change the diagnosis asked for that the example can express is measured
@@ -78,7 +78,7 @@ def test_case_study_smoke_tunes_the_example_config_and_ends_with_the_verdict(tmp
     if last.startswith("case study verdict: not measured (the machine was busy (round "):
         # beside CPU hogs: no candidate was significantly faster on rounds others' work disturbed, and tune
         # withheld its verdict: the study does too, instead of "no measurable difference"
-        assert code == 1 and " was disturbed: " in last and "tune again on a quiet machine" in last, out
+        assert code == 0 and " was disturbed: " in last and "tune again on a quiet machine" in last, out
         return
     assert code == 0, out
     applied = re.search(
@@ -160,7 +160,8 @@ def test_after_is_the_winner_else_the_best_measured_candidate():
 
 def test_the_study_withholds_its_verdict_when_tune_says_the_machine_was_busy(tmp_path, monkeypatch, capsys):
     """tune measured a candidate but others' work disturbed the rounds: its verdict is "not measured", and the
-    study's last line says the same instead of "no measurable difference" (exit 1)."""
+    study's last line says the same instead of "no measurable difference", and exits 0: an answer, not a crash
+    (`make demo` ended in "make: *** Error 1" that a newcomer read as one)."""
     busy = (
         "not measured: the machine was busy (round 2 of baseline was disturbed: other processes used 1.9 of 2 "
         "cores (95%)); no candidate is significantly faster on these rounds (best: ...); keep your config and "
@@ -172,7 +173,7 @@ def test_the_study_withholds_its_verdict_when_tune_says_the_machine_was_busy(tmp
     monkeypatch.setattr(case_study, "run_tune_study", lambda args: result)
     code = case_study.run_study(argparse.Namespace(log_dir=str(tmp_path)))
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
-    assert code == 1 and last == f"case study verdict: {busy.replace('not measured: ', 'not measured (', 1)})"
+    assert code == 0 and last == f"case study verdict: {busy.replace('not measured: ', 'not measured (', 1)})"
 
 
 def test_the_tune_mode_hands_the_example_config_to_lightning_perf_tune(capsys):

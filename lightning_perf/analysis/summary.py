@@ -136,6 +136,11 @@ class TimingSummary:
     fetch_wall_ms: float = 0.0
     fetch_cpu_ms: float = 0.0
     fetches_sampled: int = 0
+    # The same thread's run-queue time (runnable, waiting for a core: Linux schedstat) in every 16th fetch, and
+    # those fetches' wall time: a fetch that waits for a core computes, it does not wait on storage.
+    fetch_runqueue_ms: float = 0.0
+    fetch_runqueue_wall_ms: float = 0.0
+    fetches_runqueue_sampled: int = 0
     # per-step samples in step order (at most MAX_SAMPLES, evenly thinned): step time and its DataLoader wait
     step_samples_ms: list[float] = field(default_factory=list)
     wait_samples_ms: list[float] = field(default_factory=list)

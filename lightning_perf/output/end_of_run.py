@@ -86,6 +86,11 @@ def build_summary(
         timing = summary.timing
         timing.fetch_wall_ms, timing.fetch_cpu_ms = session.fetch_wall_s * 1e3, session.fetch_cpu_s * 1e3
         timing.fetches_sampled = session.fetches_sampled
+    if session.fetches_runqueue_sampled:
+        timing = summary.timing
+        timing.fetch_runqueue_ms = session.fetch_runqueue_s * 1e3
+        timing.fetch_runqueue_wall_ms = session.fetch_runqueue_wall_s * 1e3
+        timing.fetches_runqueue_sampled = session.fetches_runqueue_sampled
     if sampler is not None:
         summary.utilization = sampler.summary()
         summary.machine = with_gpu_clocks(summary.machine, sampler)
@@ -120,6 +125,19 @@ def diagnose_run(summary: RunSummary) -> None:
 
     summary.findings = diagnose(summary)
     summary.findings = trace_findings.with_trace_findings(summary)
+
+
+def _handoff_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> Any:
+    """The training DataLoader when a finished fit is input-bound, so its advice is about workers; else None.
+    Whatever ``probe_num_workers`` says: the hand-off costs a fraction of a second and decides the advice."""
+    from lightning_perf.analysis.diagnosis import input_bound_verdict
+    from lightning_perf.analysis.gpu_measures import input_wait
+
+    if summary.status != "finished" or not _diagnosed(trainer, summary, config):
+        return None
+    if input_bound_verdict(input_wait(summary).value) not in _PROBED_VERDICTS:
+        return None
+    return train_dataloader(trainer)
 
 
 def _probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> tuple[Any, float | None] | None:
@@ -344,9 +362,12 @@ def complete(
             ab = cudnn_ab(trainer, ab_spec, reducer)
             if trainer.is_global_zero:
                 summary.probes["cudnn_benchmark"] = ab
+        handoff_loader = _handoff_plan(trainer, summary, config)
+        if (
+            handoff_loader is not None
+        ):  # an input-bound fit: what a worker's hand-off costs, before any advice
+            measure_handoff(summary, handoff_loader)
         plan = _probe_plan(trainer, summary, config)
-        if plan is not None:  # an input-bound fit: what a worker's hand-off costs, before any workers advice
-            measure_handoff(summary, plan[0])
         if _diagnosed(trainer, summary, config):
             diagnose_run(summary)
         probe_follows = plan is not None and plan[1] is not None

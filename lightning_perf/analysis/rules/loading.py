@@ -4,7 +4,8 @@ A batch is late because its loading *waits* (storage, network, a sleep, a lock: 
 because it *computes* (decode, augment: CPU time close to wall time), or because *others* hold the cores (the
 loading was runnable but waited for a core, and other processes used the machine). Where the loading runs:
 
-* 0 workers: in the training thread's fetch (``TimingSummary.fetch_cpu_ms`` of ``fetch_wall_ms``, sampled);
+* 0 workers: in the training thread's fetch (``TimingSummary.fetch_cpu_ms`` of ``fetch_wall_ms``, sampled, and
+  its run-queue time ``fetch_runqueue_ms`` of ``fetch_runqueue_wall_ms``);
 * workers: in the worker processes (``CpuUtilization.workers_cpu_s`` and ``workers_runqueue_s`` of
   ``workers_wall_s``, from the OS).
 
@@ -85,7 +86,13 @@ def loading_of(summary: RunSummary) -> Loading | None:
         if timing.fetches_sampled < MIN_FETCHES_SAMPLED or not wall or busy is None:
             return None
         # the thread's CPU clock ticks coarser than the wall clock on some systems: at most the whole wall
-        return Loading("the training thread's fetches", min(1.0, busy / wall), None)
+        cpu_share = min(1.0, busy / wall)
+        queue_wall, queue = _num(timing.fetch_runqueue_wall_ms), _num(timing.fetch_runqueue_ms)
+        queue_share = None
+        if timing.fetches_runqueue_sampled and queue_wall and queue is not None:
+            # waiting for a core is not waiting on storage: on a busy machine a loading that computes reads so
+            queue_share = min(1.0 - cpu_share, queue / queue_wall)
+        return Loading("the training thread's fetches", cpu_share, queue_share)
     if not workers or cpu is None:
         return None
     wall, busy, queue = _num(cpu.workers_wall_s), _num(cpu.workers_cpu_s), _num(cpu.workers_runqueue_s)
@@ -174,6 +181,13 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     cores = usable_cores(summary)
     local_ranks = max(summary.settings.devices or 1, 1)
     waits = loading is not None and loading.cause == WAITS
+    held = machine_busy(summary)
+    if held is not None and not waits:
+        # a loading that computes shares the cores the others hold: no count measured here holds without them
+        return None, (
+            f"{NOT_MEASURED}: {held}, so a loading that computes cannot be sized here; measure again with the "
+            "cores free"
+        )
     if waits:
         assert loading is not None
         cap, cap_why = waiting_workers_cap(summary, loading, cores or 1)

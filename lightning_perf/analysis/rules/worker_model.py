@@ -25,8 +25,12 @@ from dataclasses import dataclass
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import probe_value
-from lightning_perf.analysis.rules.thresholds import NEAR_BEST_STEP_PCT, WORKERS_MARGIN
+from lightning_perf.analysis.rules.thresholds import NEAR_BEST_STEP_PCT, NOISY_OTHER_CPU_SHARE, WORKERS_MARGIN
 from lightning_perf.analysis.summary import RunSummary
+
+# The compute a step keeps after the workers' crowding is taken off: at least this share of what was measured
+# (our choice: the run-queue share is of the whole run, fetches included, so it can over-state the step's part).
+MIN_COMPUTE_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,9 @@ class HandOffCost:
     per_batch_ms: float  # one worker's steady wall time per ready batch delivered
     main_ms: float  # the training thread's CPU time per batch received
     batch_bytes: int
-    load_ms: float | None = (
-        None  # a batch fetched in the training process with 0 workers, timed after the fit
-    )
+    # a batch fetched in the training process with 0 workers, timed after the fit
+    load_ms: float | None = None
+    touch_ms: float = 0.0  # the training thread's first reads of a received batch's pages
 
     def describe(self) -> str:
         size = f" for {_bytes(self.batch_bytes)}" if self.batch_bytes else ""
@@ -55,11 +59,13 @@ def handoff_of(summary: RunSummary) -> HandOffCost | None:
     if per_batch is None or per_batch <= 0:
         return None
     size, load = probe_value(probe, "batch_bytes"), _num(probe_value(probe, "load_ms"))
+    touch = _num(probe_value(probe, "touch_ms")) or 0.0
     return HandOffCost(
         per_batch,
         max(0.0, main or 0.0),
         size if isinstance(size, int) else 0,
         load if load and load > 0 else None,
+        max(0.0, touch),
     )
 
 
@@ -86,16 +92,32 @@ def load_and_compute_ms(summary: RunSummary, handoff: HandOffCost) -> tuple[floa
         return None
     if current == 0:  # the run's own fetches, every step
         return wait.mean, compute
+    compute = max(MIN_COMPUTE_SHARE * compute, compute - crowding_ms(summary, handoff))
     if handoff.load_ms is not None:  # timed in this process after the fit
         return handoff.load_ms, compute
     return max(0.0, current * step.mean - handoff.per_batch_ms), compute
 
 
+def crowding_ms(summary: RunSummary, handoff: HandOffCost) -> float:
+    """What the run's workers added to each step's compute: the training thread's wait for a core (its run-queue
+    share of the step, counted only while no other process busied the machine: then the crowding is the run's
+    own) and its first reads of each received batch's shared memory (``touch_ms``)."""
+    added = handoff.touch_ms
+    machine, step = summary.machine, summary.timing.step_time_ms
+    if machine is None or step is None:
+        return added
+    queue, other = _num(machine.train_thread_runqueue_pct), _num(machine.other_cores)
+    cores = machine.cpu_count
+    if queue is not None and other is not None and cores and other < NOISY_OTHER_CPU_SHARE * cores:
+        added += queue / 100.0 * step.mean
+    return added
+
+
 def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, str] | None:
     """(num_workers or ``None`` for "keep the run's", why) from the measured hand-off; ``None`` when the hand-off,
     the run's means or its worker count are unknown. Counts tried: 0, the run's, powers of two up to ``cap``
-    (and ``cap``); advised: the fewest whose predicted step is within ``NEAR_BEST_STEP_PCT`` of the shortest,
-    and only when the run's own count is not."""
+    (and ``cap``); the run's own count has its measured step, the others their predicted one; advised: the fewest
+    whose step is within ``NEAR_BEST_STEP_PCT`` of the shortest, and only when the run's own count is not."""
     handoff = handoff_of(summary)
     current = summary.settings.num_workers
     if handoff is None or current is None:
@@ -107,6 +129,7 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
     top = max(cap or 1, current)
     counts = sorted({0, current, top, *(1 << k for k in range(top.bit_length()) if 1 << k <= top)})
     steps = {n: predicted_step_ms(n, load, compute, handoff) for n in counts}
+    steps[current] = summary.timing.step_time_ms.mean  # measured over the whole run, not predicted
     best = min(steps.values())
     near = best * (1.0 + NEAR_BEST_STEP_PCT / 100.0)
     if current == 0:
@@ -122,7 +145,7 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
     if steps[current] <= near:
         others = ", ".join(f"{_ms(steps[n])} ms with {n}" for n in counts if n != current)
         return None, (
-            f"{basis}: predicted step {_ms(steps[current])} ms with {_workers(current)}, against {others}; "
+            f"{basis}: measured step {_ms(steps[current])} ms with {_workers(current)}, predicted {others}; "
             f"no count is {NEAR_BEST_STEP_PCT:g}% faster"
         )
     pick = min(n for n in counts if steps[n] <= near)
@@ -136,7 +159,7 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
         head = "the loading costs more than its hand-off, so workers overlap it with the step"
     return pick, (
         f"{head}: {basis}; predicted step {_ms(steps[pick])} ms with {_workers(pick)} against "
-        f"{_ms(steps[current])} ms with {_workers(current)}"
+        f"{_ms(steps[current])} ms measured with {_workers(current)}"
     )
 
 
