@@ -3,6 +3,11 @@ sources and licences in its README)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,3 +21,16 @@ def realtraces() -> Path:
     """The folder of real traces, part of the repository: a checkout without it is broken, not skipped."""
     assert REALTRACES.is_dir(), f"no real traces at {REALTRACES}: the checkout is incomplete"
     return REALTRACES
+
+
+@pytest.fixture
+def cpu_hogs():
+    """Two processes spinning on the CPU, detached (not children of this process, so not taken for workers)."""
+    command = f"for i in 1 2; do {sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!; done"
+    pids = [
+        int(p) for p in subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout.split()
+    ]
+    time.sleep(0.5)
+    yield pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)

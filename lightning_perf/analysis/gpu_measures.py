@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import on_cuda
+from lightning_perf.analysis.rules.thresholds import EPOCH_START_SHARE_PCT
 from lightning_perf.analysis.summary import RunSummary
 
 
@@ -40,7 +41,32 @@ def input_wait(summary: RunSummary) -> Measure:
             f"host-side DataLoader wait {_fmt(host)}%, bounded by kernel-busy {_fmt(busy)}% from the traces "
             "(the GPU idled at most the rest)",
         )
+    with_starts = wait_with_epoch_starts(summary)
+    if host is not None and with_starts is not None and with_starts - host >= EPOCH_START_SHARE_PCT:
+        return Measure(
+            with_starts,
+            f"{WITH_EPOCH_STARTS}, each later epoch's start-up counted (its first fetch, "
+            f"{_fmt(timing.epoch_start_ms.median if timing.epoch_start_ms else 0.0)} ms); {_fmt(host)}% "
+            "without the starts",
+        )
     return Measure(host, "host-side DataLoader wait" if host is not None else "")
+
+
+WITH_EPOCH_STARTS = "DataLoader wait over the wall time"
+
+
+def wait_with_epoch_starts(summary: RunSummary) -> float | None:
+    """The DataLoader wait's share of the training wall time with each epoch's first fetch counted, in percent:
+    the step figures leave the starts out, so workers that restart every short epoch can cost a third of the wall
+    time while the steps read a few percent. The first epoch's start is left out: any run with workers pays it
+    once, and on a short run it would outweigh the steps. ``None`` without the figures or with one epoch."""
+    timing = summary.timing
+    step, wait, start = timing.step_time_ms, timing.data_wait_ms, timing.epoch_start_ms
+    if step is None or wait is None or start is None or timing.steps <= 0 or timing.epochs <= 1:
+        return None
+    starts = start.median * (timing.epochs - 1)
+    total = step.mean * timing.steps + starts
+    return 100.0 * (wait.mean * timing.steps + starts) / total if total > 0 else None
 
 
 def busiest_trace_share(summary: RunSummary) -> float | None:

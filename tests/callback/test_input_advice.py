@@ -9,10 +9,6 @@ machine does not change them much).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -56,7 +52,9 @@ def test_slow_storage_gets_more_workers_never_cpu_bound_and_following_it_is_fast
     assert "batched_transforms" not in found and "workers_exceed_cores" not in found
     assert not any("CPU-bound" in f.title for f in before.findings)
 
-    after = storage_fit(tmp_path / "after", advised, steps=240)  # long enough that the workers ramp-up is not the mean
+    after = storage_fit(
+        tmp_path / "after", advised, steps=240
+    )  # long enough that the workers ramp-up is not the mean
     speedup = before.timing.step_time_ms.mean / after.timing.step_time_ms.mean
     # from 4 workers on 2 cores every batch's hand-off already takes the training thread's core half the time
     # (its run-queue share measured 40-50%): 4 -> 16 measured 1.15-1.9x over 240 steps here, 0 or 2 -> 16 over 3x
@@ -131,19 +129,6 @@ def test_cpu_saturated_workers_get_batched_transforms_and_no_more_workers(tmp_pa
 def test_fast_loader_gets_no_workers_advice(tmp_path):
     summary = fit(tmp_path, loader(BATCH * 60, BATCH), 60, model=TinyModel(step_delay_s=0.005))
     assert not any("num_workers" in f.settings_change for f in summary.findings)
-
-
-@pytest.fixture
-def cpu_hogs():
-    """Two processes spinning on the CPU, detached (not children of this process, so not taken for workers)."""
-    command = f"for i in 1 2; do {sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!; done"
-    pids = [
-        int(p) for p in subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout.split()
-    ]
-    time.sleep(0.5)
-    yield pids
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
 
 
 def test_busy_machine_is_said_first_and_slow_storage_still_gets_workers(tmp_path, cpu_hogs):

@@ -5,7 +5,7 @@ Each rule is ``(summary, verdict) -> Finding | None``: silent when its evidence 
 
 from __future__ import annotations
 
-from lightning_perf.analysis.gpu_measures import input_wait
+from lightning_perf.analysis.gpu_measures import WITH_EPOCH_STARTS, input_wait
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import lightning_worker_bound, means, on_cuda, usable_cores
@@ -127,9 +127,20 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
     loading = loading_of(summary)
     if loading is not None:
         evidence += f"; {loading.describe()}"
+    current = summary.settings.num_workers
+    if wait.source.startswith(WITH_EPOCH_STARTS) and current and summary.settings.persistent_workers is False:
+        # the starts make it input-bound: the workers restart every epoch, and keeping them alive is the fix
+        return Finding(
+            "input_bound",
+            severity,
+            f"Training is {words}",
+            evidence + ".",
+            f"Set `persistent_workers=True` in the training DataLoader: its {current} workers start again every "
+            "epoch, and the batches wait for them.",
+            {"persistent_workers": True},
+        )
     workers, why = suggest_workers(summary)
     change: dict[str, object] = {} if workers is None else {"num_workers": workers}
-    current = summary.settings.num_workers
     if workers is not None:
         recommendation = f"Set `num_workers={workers}` in the training DataLoader ({why})."
         more = workers > 0 and (current is None or workers > current)
@@ -195,8 +206,10 @@ def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | No
     if start is None or step is None or timing.epochs <= 0 or timing.steps <= 0:
         return None
     # epoch time estimated as its steps at the mean step time (workers deliver in bursts: the median step of a
-    # waiting loop can be a fraction of the mean) plus the start-up itself
-    epoch_ms = timing.steps / timing.epochs * step.mean + start.median
+    # waiting loop can be a fraction of the mean) plus the start-up itself; its steps from the DataLoader's length
+    # (Lightning's num_training_batches), not from a fit that max_steps cut short (a trial's 22 of 1,000)
+    per_epoch = settings.train_batches_per_epoch or timing.steps / timing.epochs
+    epoch_ms = per_epoch * step.mean + start.median
     share = 100.0 * start.median / epoch_ms if epoch_ms > 0 else None
     if share is None or share < EPOCH_START_SHARE_PCT:
         return None
@@ -205,7 +218,7 @@ def persistent_workers(summary: RunSummary, verdict: str | None) -> Finding | No
         severity="medium",
         title="DataLoader workers restart every epoch",
         evidence=f"Epoch start-up (first fetch) takes {_fmt(start.median)} ms, {_fmt(share)}% of an epoch "
-        f"(~{_fmt(epoch_ms)} ms: {_fmt(timing.steps / timing.epochs)} steps at mean "
+        f"(~{_fmt(epoch_ms)} ms: {_fmt(per_epoch)} steps at mean "
         f"{_fmt(step.mean)} ms), "
         f"with {settings.num_workers} workers and persistent_workers=False.",
         recommendation="Set `persistent_workers=True` so workers survive between epochs.",
