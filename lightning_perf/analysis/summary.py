@@ -136,8 +136,8 @@ class TimingSummary:
     fetch_wall_ms: float = 0.0
     fetch_cpu_ms: float = 0.0
     fetches_sampled: int = 0
-    # The same thread's run-queue time (runnable, waiting for a core: Linux schedstat) in every 16th fetch, and
-    # those fetches' wall time: a fetch that waits for a core computes, it does not wait on storage.
+    # The same thread's run-queue time (runnable, waiting for a core: Linux schedstat) in the same fetches, and
+    # their wall time: a fetch that waits for a core computes, it does not wait on storage.
     fetch_runqueue_ms: float = 0.0
     fetch_runqueue_wall_ms: float = 0.0
     fetches_runqueue_sampled: int = 0

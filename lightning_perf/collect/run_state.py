@@ -46,10 +46,10 @@ _SHAPE_CHECK_MASK = 7
 # no more, and the reads then cost ~0.06 us a batch (benchmarks/bench_fetch_cpu.py).
 _FETCH_CPU_MASK = 7
 _FETCH_CPU_PHASE = 4
-# The training thread's run-queue time (Linux schedstat, one pread of an open file: ~1.2 us) around every 16th
-# fetch, among those: whether a slow fetch was waiting for a core (a loading that computes on a busy machine) or
-# waiting on storage; ~0.15 us a batch.
-_RUNQUEUE_MASK = 15
+# The training thread's run-queue time (Linux schedstat, one pread of an open file: ~1.2 us) around the same
+# fetches: whether a slow fetch was waiting for a core (a loading that computes on a busy machine) or waiting on
+# storage; ~0.3 us a batch.
+_RUNQUEUE_MASK = _FETCH_CPU_MASK
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 _SEQUENCES = (list, tuple)
 _TENSOR = torch.Tensor  # a module global: one lookup on the per-batch path instead of two
@@ -118,7 +118,7 @@ class PerfSession:
         self.fetch_wall_s = 0.0
         self.fetch_cpu_s = 0.0
         self.fetches_sampled = 0
-        # the sampled fetches' run-queue seconds (every 16th fetch) and their wall seconds
+        # the sampled fetches' run-queue seconds and their wall seconds
         self._schedstat_fd: int | None = None  # opened by the training thread at its first sampled fetch
         self._runqueue_start = -1
         self.fetch_runqueue_s = 0.0

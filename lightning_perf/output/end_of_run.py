@@ -9,7 +9,6 @@ loses nothing measured.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import os
 import shlex
@@ -27,6 +26,13 @@ from lightning_perf.collect.settings_fingerprint import collect_settings, train_
 from lightning_perf.collect.steps.step_clock import STEP_TIME_MS
 from lightning_perf.output import loggers as tensorboard
 from lightning_perf.output import trace_findings
+from lightning_perf.output.after_fit_probes import (
+    diagnosed,
+    handoff_plan,
+    measure_handoff,
+    probe_num_workers,
+    probe_plan,
+)
 from lightning_perf.output.other_loggers import DIAGNOSIS_FILE
 from lightning_perf.probes.cudnn_benchmark import BatchSpec, run_on_ranks
 
@@ -37,8 +43,6 @@ if TYPE_CHECKING:
 
 log = console.logger(__name__)
 
-# the verdicts for which probe_num_workers="auto" measures the DataLoader
-_PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
 # the kind of our gather that asks every rank whether it can run the cudnn.benchmark A/B (windows are 1, final 2)
 _AB_READY = 3.0
 
@@ -125,78 +129,6 @@ def diagnose_run(summary: RunSummary) -> None:
 
     summary.findings = diagnose(summary)
     summary.findings = trace_findings.with_trace_findings(summary)
-
-
-def _handoff_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> Any:
-    """The training DataLoader when a finished fit is input-bound, so its advice is about workers; else None.
-    Whatever ``probe_num_workers`` says: the hand-off costs a fraction of a second and decides the advice."""
-    from lightning_perf.analysis.diagnosis import input_bound_verdict
-    from lightning_perf.analysis.gpu_measures import input_wait
-
-    if summary.status != "finished" or not _diagnosed(trainer, summary, config):
-        return None
-    if input_bound_verdict(input_wait(summary).value) not in _PROBED_VERDICTS:
-        return None
-    return train_dataloader(trainer)
-
-
-def _probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> tuple[Any, float | None] | None:
-    """(the training DataLoader, the probe's budget in seconds) when the num_workers probe is wanted after this
-    fit, the budget ``None`` when the fit was too short for it; ``None`` when it is not wanted or not possible."""
-    from lightning_perf.analysis.diagnosis import input_bound_verdict
-    from lightning_perf.analysis.gpu_measures import input_wait
-    from lightning_perf.probes.num_workers import probe_budget
-
-    if summary.status != "finished" or not _diagnosed(trainer, summary, config):
-        return None
-    verdict = input_bound_verdict(input_wait(summary).value)
-    mode = config.probe_num_workers
-    if not (mode == "always" or (mode == "auto" and verdict in _PROBED_VERDICTS)):
-        return None
-    dataloader = train_dataloader(trainer)
-    if dataloader is None:
-        return None
-    return dataloader, probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode)
-
-
-def measure_handoff(summary: RunSummary, dataloader: Any) -> None:
-    """What one batch costs to hand over from a worker (:mod:`lightning_perf.probes.handoff`), into
-    ``summary.probes["handoff"]``: a fraction of a second, one worker started and stopped."""
-    from lightning_perf.probes.handoff import measure_handoff as measure
-
-    found = measure(dataloader)
-    summary.probes["handoff"] = dataclasses.asdict(found)
-    if found.error:
-        log.info(f"lightning-perf: the hand-off of a batch from a worker was not measured: {found.error}")
-
-
-def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> None:
-    """The num_workers probe of a finished fit into ``summary.probes``.
-
-    Runs after the summary of what training measured is saved, with one line saying so and what it may cost: an
-    interrupt here (Ctrl-C while waiting) loses nothing but the probe. Where the run's loading was measured to
-    wait (storage, sleep: rules/loading.py), the probe tries counts past the cores.
-    """
-    from lightning_perf.analysis.rules.loading import WAITS, loading_of
-    from lightning_perf.probes.num_workers import probe_num_workers as probe
-
-    log.info(
-        f"lightning-perf: measuring DataLoader num_workers (up to {budget:.3g} s; "
-        f"{SUMMARY_FILENAME} is written, Ctrl-C skips this)"
-    )
-    compute = summary.timing.compute_ms.mean if summary.timing.compute_ms else None
-    loading = loading_of(summary)
-    handoff = summary.probes.get("handoff")
-    main_ms = handoff.get("main_ms") if isinstance(handoff, dict) else None
-    found = probe(
-        dataloader,
-        compute,
-        budget_s=budget,
-        loading_waits=loading is not None and loading.cause == WAITS,
-        handoff_main_ms=main_ms,
-    )
-    summary.probes["num_workers"] = dataclasses.asdict(found)
-    log.info(f"lightning-perf: num_workers probe: suggests {found.suggested}: {found.reason}")
 
 
 def write(
@@ -362,13 +294,13 @@ def complete(
             ab = cudnn_ab(trainer, ab_spec, reducer)
             if trainer.is_global_zero:
                 summary.probes["cudnn_benchmark"] = ab
-        handoff_loader = _handoff_plan(trainer, summary, config)
+        handoff_loader = handoff_plan(trainer, summary, config)
         if (
             handoff_loader is not None
         ):  # an input-bound fit: what a worker's hand-off costs, before any advice
             measure_handoff(summary, handoff_loader)
-        plan = _probe_plan(trainer, summary, config)
-        if _diagnosed(trainer, summary, config):
+        plan = probe_plan(trainer, summary, config)
+        if diagnosed(trainer, summary, config):
             diagnose_run(summary)
         probe_follows = plan is not None and plan[1] is not None
     except Exception as err:
@@ -406,7 +338,7 @@ def probe_and_update(
     the one diagnosis of the run shown and written (:func:`write`). ``KeyboardInterrupt`` shows and writes what
     training measured, then propagates; an error in the probe warns and does the same."""
     try:
-        plan = _probe_plan(trainer, summary, config)
+        plan = probe_plan(trainer, summary, config)
     except Exception as err:
         log.warning(f"lightning-perf: could not plan the num_workers probe: {err}")
         return
@@ -440,7 +372,3 @@ def probe_and_update(
         "log the num_workers probe",
         lambda: tensorboard.log_num_workers_probe(trainer, summary.probes["num_workers"]),
     )
-
-
-def _diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
-    return summary.stage == "fit" and trainer.is_global_zero and config.diagnose

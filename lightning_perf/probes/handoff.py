@@ -29,15 +29,15 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_perf.probes.num_workers import copy_loader, preserved_random_state
 
-DEFAULT_BUDGET_S = 0.5
+DEFAULT_BUDGET_S = 0.3
 # Batches delivered before the clock starts: the worker's start-up and the prefetch burst it fills
 # (prefetch_factor=2 batches in flight) are not the steady hand-off.
 WARMUP_BATCHES = 3
 # Enough batches for a steady figure on fast hand-offs; large batches stop at the budget first.
-MAX_BATCHES = 64
+MAX_BATCHES = 24
 MIN_TIMED_BATCHES = 4
 # Batches fetched in this process after the first to time the loading itself (half the budget at most).
-LOAD_BATCHES = 8
+LOAD_BATCHES = 6
 LOAD_WARMUP_BATCHES = 2
 PAGE_BYTES = 4096
 # A worker that has not delivered in this long is stuck: the measurement ends as an error.

@@ -104,8 +104,13 @@ def test_per_sample_cpu_work_with_a_free_cpu_gets_a_first_worker(tmp_path):
     data = DataLoader(CpuWork(BATCH * steps, 0.004), batch_size=BATCH)
     summary = fit(tmp_path, data, steps, model=TinyModel(step_delay_s=0.01))
     found = advice(summary)
-    assert found["input_bound"].settings_change.get("num_workers", 0) >= 1, found["input_bound"]
     assert "the training thread's fetches" in found["input_bound"].evidence
+    if summary.findings[0].id == "noisy_machine" and summary.findings[0].severity == "high":
+        # others held the cores a loading that computes needs: no count sized on them (issue 42)
+        assert "num_workers" not in found["input_bound"].settings_change
+        assert "not measured" in found["input_bound"].recommendation
+        return
+    assert found["input_bound"].settings_change.get("num_workers", 0) >= 1, found["input_bound"]
 
 
 def test_cpu_saturated_workers_get_batched_transforms_and_no_more_workers(tmp_path):

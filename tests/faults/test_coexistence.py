@@ -156,9 +156,11 @@ def test_the_summary_is_written_before_the_probes_which_say_so_and_update_it(tmp
     real_probe = num_workers.probe_num_workers
     on_disk_before: list[RunSummary] = []
 
-    def probe_after_the_summary(dataloader, compute, budget_s, loading_waits=False):
+    def probe_after_the_summary(dataloader, compute, budget_s, loading_waits=False, **more):
         on_disk_before.append(RunSummary.load(os.path.join(fit_trainer.log_dir, SUMMARY_FILENAME)))
-        return real_probe(dataloader, compute, budget_s=budget_s, max_workers=0, loading_waits=loading_waits)
+        return real_probe(
+            dataloader, compute, budget_s=budget_s, max_workers=0, loading_waits=loading_waits, **more
+        )
 
     monkeypatch.setattr(num_workers, "probe_num_workers", probe_after_the_summary)
     callback = PerfCallback(**CYCLE, probe_num_workers="always", probe_budget_s=1, log_hparams=False)

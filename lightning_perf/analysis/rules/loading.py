@@ -125,6 +125,18 @@ def machine_busy(summary: RunSummary) -> str | None:
     return others if other >= BUSY_OTHER_CPU_SHARE * cores else None
 
 
+def waits_beside_others(summary: RunSummary, loading: Loading | None) -> bool:
+    """The loading waits (storage, a sleep) even counting as waiting for a core what the others could have taken:
+    its own run-queue share where measured, else the training thread's over the whole run (none known: no)."""
+    if loading is None:
+        return False
+    queue = loading.queue_share
+    if queue is None and summary.machine is not None:
+        run_queue = _num(summary.machine.train_thread_runqueue_pct)
+        queue = None if run_queue is None else run_queue / 100.0
+    return queue is not None and 1.0 - loading.cpu_share - queue >= LOADING_WAITS_SHARE
+
+
 def waiting_workers_cap(summary: RunSummary, loading: Loading, cores: int) -> tuple[int, str]:
     """Most workers worth having for a loader that waits, and why: as many as fit in the cores the training process
     leaves free at the CPU share each worker was measured to use, at most ``WAITING_WORKERS_MAX``."""
@@ -182,8 +194,9 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     local_ranks = max(summary.settings.devices or 1, 1)
     waits = loading is not None and loading.cause == WAITS
     held = machine_busy(summary)
-    if held is not None and not waits:
-        # a loading that computes shares the cores the others hold: no count measured here holds without them
+    if held is not None and not waits_beside_others(summary, loading):
+        # a loading that computes shares the cores the others hold (or was not measured apart from waiting for
+        # one): no count measured here holds without them
         return None, (
             f"{NOT_MEASURED}: {held}, so a loading that computes cannot be sized here; measure again with the "
             "cores free"

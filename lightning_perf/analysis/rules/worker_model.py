@@ -28,6 +28,8 @@ from lightning_perf.analysis.rules.helpers import probe_value
 from lightning_perf.analysis.rules.thresholds import NEAR_BEST_STEP_PCT, NOISY_OTHER_CPU_SHARE, WORKERS_MARGIN
 from lightning_perf.analysis.summary import RunSummary
 
+# The most a run's own worker count is multiplied by in one piece of advice (see charged_choice).
+MAX_GROWTH = 2
 # The compute a step keeps after the workers' crowding is taken off: at least this share of what was measured
 # (our choice: the run-queue share is of the whole run, fetches included, so it can over-state the step's part).
 MIN_COMPUTE_SHARE = 0.2
@@ -116,7 +118,7 @@ def crowding_ms(summary: RunSummary, handoff: HandOffCost) -> float:
 def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, str] | None:
     """(num_workers or ``None`` for "keep the run's", why) from the measured hand-off; ``None`` when the hand-off,
     the run's means or its worker count are unknown. Counts tried: 0, the run's, powers of two up to ``cap``
-    (and ``cap``); the run's own count has its measured step, the others their predicted one; advised: the fewest
+    (and ``cap``; at most twice a count the run has, ``MAX_GROWTH``); the run's own count has its measured step, the others their predicted one; advised: the fewest
     whose step is within ``NEAR_BEST_STEP_PCT`` of the shortest, and only when the run's own count is not."""
     handoff = handoff_of(summary)
     current = summary.settings.num_workers
@@ -127,6 +129,10 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
         return None
     load, compute = means
     top = max(cap or 1, current)
+    if current > 0:
+        # one doubling a time from a run that has workers: every worker's hand-off takes CPU the model does not
+        # see, and on a busy 2-core machine 4 -> 16 workers measured 0.66x; the next run measures the next step
+        top = min(top, max(current, MAX_GROWTH * current))
     counts = sorted({0, current, top, *(1 << k for k in range(top.bit_length()) if 1 << k <= top)})
     steps = {n: predicted_step_ms(n, load, compute, handoff) for n in counts}
     steps[current] = summary.timing.step_time_ms.mean  # measured over the whole run, not predicted

@@ -1,0 +1,97 @@
+"""The measurements after a finished fit, before its findings are shown: a worker's hand-off of one batch
+(every input-bound fit) and the num_workers probe (when ``probe_num_workers`` asks for it). Called by
+:mod:`lightning_perf.output.end_of_run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from lightning_perf import console
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
+from lightning_perf.collect.settings_fingerprint import train_dataloader
+
+if TYPE_CHECKING:
+    from lightning_perf.collect.config import PerfConfig
+
+log = console.logger(__name__)
+
+# the verdicts for which probe_num_workers="auto" measures the DataLoader
+PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
+
+
+def handoff_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> Any:
+    """The training DataLoader when a finished fit is input-bound, so its advice is about workers; else None.
+    Whatever ``probe_num_workers`` says: the hand-off costs a fraction of a second and decides the advice."""
+    from lightning_perf.analysis.diagnosis import input_bound_verdict
+    from lightning_perf.analysis.gpu_measures import input_wait
+
+    if summary.status != "finished" or not diagnosed(trainer, summary, config):
+        return None
+    if input_bound_verdict(input_wait(summary).value) not in PROBED_VERDICTS:
+        return None
+    return train_dataloader(trainer)
+
+
+def probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> tuple[Any, float | None] | None:
+    """(the training DataLoader, the probe's budget in seconds) when the num_workers probe is wanted after this
+    fit, the budget ``None`` when the fit was too short for it; ``None`` when it is not wanted or not possible."""
+    from lightning_perf.analysis.diagnosis import input_bound_verdict
+    from lightning_perf.analysis.gpu_measures import input_wait
+    from lightning_perf.probes.num_workers import probe_budget
+
+    if summary.status != "finished" or not diagnosed(trainer, summary, config):
+        return None
+    verdict = input_bound_verdict(input_wait(summary).value)
+    mode = config.probe_num_workers
+    if not (mode == "always" or (mode == "auto" and verdict in PROBED_VERDICTS)):
+        return None
+    dataloader = train_dataloader(trainer)
+    if dataloader is None:
+        return None
+    return dataloader, probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode)
+
+
+def measure_handoff(summary: RunSummary, dataloader: Any) -> None:
+    """What one batch costs to hand over from a worker (:mod:`lightning_perf.probes.handoff`), into
+    ``summary.probes["handoff"]``: a fraction of a second, one worker started and stopped."""
+    from lightning_perf.probes.handoff import measure_handoff as measure
+
+    found = measure(dataloader)
+    summary.probes["handoff"] = dataclasses.asdict(found)
+    if found.error:
+        log.info(f"lightning-perf: the hand-off of a batch from a worker was not measured: {found.error}")
+
+
+def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> None:
+    """The num_workers probe of a finished fit into ``summary.probes``.
+
+    Runs after the summary of what training measured is saved, with one line saying so and what it may cost: an
+    interrupt here (Ctrl-C while waiting) loses nothing but the probe. Where the run's loading was measured to
+    wait (storage, sleep: rules/loading.py), the probe tries counts past the cores.
+    """
+    from lightning_perf.analysis.rules.loading import WAITS, loading_of
+    from lightning_perf.probes.num_workers import probe_num_workers as probe
+
+    log.info(
+        f"lightning-perf: measuring DataLoader num_workers (up to {budget:.3g} s; "
+        f"{SUMMARY_FILENAME} is written, Ctrl-C skips this)"
+    )
+    compute = summary.timing.compute_ms.mean if summary.timing.compute_ms else None
+    loading = loading_of(summary)
+    handoff = summary.probes.get("handoff")
+    main_ms = handoff.get("main_ms") if isinstance(handoff, dict) else None
+    found = probe(
+        dataloader,
+        compute,
+        budget_s=budget,
+        loading_waits=loading is not None and loading.cause == WAITS,
+        handoff_main_ms=main_ms,
+    )
+    summary.probes["num_workers"] = dataclasses.asdict(found)
+    log.info(f"lightning-perf: num_workers probe: suggests {found.suggested}: {found.reason}")
+
+
+def diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
+    return summary.stage == "fit" and trainer.is_global_zero and config.diagnose
