@@ -118,8 +118,9 @@ def crowding_ms(summary: RunSummary, handoff: HandOffCost) -> float:
 def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, str] | None:
     """(num_workers or ``None`` for "keep the run's", why) from the measured hand-off; ``None`` when the hand-off,
     the run's means or its worker count are unknown. Counts tried: 0, the run's, powers of two up to ``cap``
-    (and ``cap``; at most twice a count the run has, ``MAX_GROWTH``); the run's own count has its measured step, the others their predicted one; advised: the fewest
-    whose step is within ``NEAR_BEST_STEP_PCT`` of the shortest, and only when the run's own count is not."""
+    (and ``cap``; at most ``MAX_GROWTH`` times a count the run has); the run's own count has its measured step,
+    the others their predicted one; advised: the fewest whose step is within ``NEAR_BEST_STEP_PCT`` of the
+    shortest, and only when the run's own count is not."""
     handoff = handoff_of(summary)
     current = summary.settings.num_workers
     if handoff is None or current is None:
