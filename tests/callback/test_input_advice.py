@@ -19,6 +19,7 @@ from lightning_perf import PerfCallback
 from lightning_perf.analysis.rules.loading import WAITS, loading_of
 from lightning_perf.analysis.summary import RunSummary
 from tests.helpers import FEATURES, TinyModel, loader, trainer
+from tests.input_consistency import contradictions
 
 STORAGE_DELAY_S = 0.010  # a slow disk or network storage: 10 ms a sample
 BATCH = 4
@@ -28,7 +29,9 @@ def fit(tmp_path, data: DataLoader, steps: int, model=None) -> RunSummary:
     callback = PerfCallback(enable_profiler=False, probe_num_workers="never", ab_cudnn_benchmark=False)
     run = trainer(tmp_path, [callback], max_steps=steps, log_every_n_steps=10)
     run.fit(model or TinyModel(), data)
-    return callback.last_summary
+    summary = callback.last_summary
+    assert not contradictions(summary), contradictions(summary)
+    return summary
 
 
 def advice(summary: RunSummary) -> dict:
