@@ -83,12 +83,19 @@ class TraceFigures:
     memcpy: list[MemcpyKind] = field(default_factory=list)
     pageable_htod_calls: int = 0
     pageable_htod_ms_per_step: float = 0.0
-    # percent of all kernel time: in tensor-core kernels; launched by tensor-core-eligible operators; those
-    # eligible operators' kernels that ran without tensor cores; Triton kernels (cannot be told by name)
+    # percent of all kernel time: counted as matrix-core work (tensor cores, MFMA); launched by tensor-core-eligible
+    # operators; those eligible operators' kernels that ran without matrix cores; Triton kernels. Decided by the
+    # operators' input types first, kernel names where they cannot tell (analysis.matrix_cores)
     tensor_core_pct: float | None = None
     tc_eligible_pct: float | None = None
     tc_eligible_without_tc_pct: float | None = None
     triton_pct: float | None = None
+    # the eligible kernel time by kind and precision, "matmul/bf16", "conv/fp32", "matmul/unknown" (no input
+    # types): [percent of all kernel time, the part in kernels whose names are matrix-core kernels]; the rules
+    # decide from it again with the run's settings (TF32, the precision of a trace without input types)
+    tc_eligible_by: dict[str, list[float]] = field(default_factory=dict)
+    # what decided the shares above: "input types", "kernel names", or both, the larger first
+    tc_decided_by: str | None = None
     # GPU allocator (profile_memory=True): growth of the allocated bytes per step, peak, and whether the trace
     # gave totals (torch >= 1.10) or only changes (then the peak is relative to the first sample)
     memory_growth_mb_per_step: float | None = None

@@ -83,7 +83,7 @@ def with_trace_findings(summary: RunSummary) -> list[Finding]:
     rows = cross_rank.rows_from_stats(summary.ranks)
     waiting, straggler = cross_rank.waiting_ranks(rows), cross_rank.find_straggler(rows)
     for figures in summary.trace_figures:
-        findings = diagnose_trace(figures)
+        findings = diagnose_trace(figures, settings=summary.settings)
         if straggler is not None and summary.global_rank in waiting:  # waiting for it is no problem of ours
             row = cross_rank.RankRow(
                 rank=summary.global_rank,

@@ -80,6 +80,29 @@ def is_matrix_core_kernel(kernel_name: str) -> bool:
     )
 
 
+# Operators whose work matrix cores can run (tensor-core eligible): torch-tb-profiler's TC_OP_Allowlist (the
+# operators autocast runs in half precision) by name pattern, so that torch 2.x names match too
+# (aten::convolution_backward, autograd "MmBackward0", scaled_dot_product...), ROCm's twins of cudnn_convolution
+# (aten::miopen_convolution, miopen_depthwise_convolution, ...), and Inductor's Triton templates (the record
+# function of "triton_tem_fused_mm_0" and its kernel: mm, addmm, bmm, convolution, flex attention). The loader
+# keeps the input types of these operators only.
+TENSOR_CORE_ELIGIBLE = re.compile(
+    r"(^|::|: )(_?convolution\w*|conv\w*|cudnn_convolution\w*|miopen_\w*convolution\w*|prelu|addmm_?|addmv_?"
+    r"|addr|matmul|mm|mv|linear|addbmm|baddbmm|bmm|_scaled_mm|chain_matmul|linalg_multi_dot|_thnn_fused_\w+_cell"
+    r"|lstm_cell|gru_cell|rnn_\w+_cell|\w*scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
+    r"|(Convolution\w*|Bmm|Mm|Addmm|Addmv|Mv|Addbmm|Baddbmm)Backward\d*$"
+)
+TRITON_TEMPLATE_PREFIX = "triton_tem_"
+
+
+@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
+def is_tensor_core_eligible(operator: str | None) -> bool:
+    """The operator's (or Triton template's) work is matmul or convolution that matrix cores can run."""
+    return operator is not None and (
+        TENSOR_CORE_ELIGIBLE.search(operator) is not None or operator.startswith(TRITON_TEMPLATE_PREFIX)
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # (b) Runtime calls that launch GPU work: their host time is the launch overhead
 # ---------------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from lightning_perf.analysis.rules.trace import (
     mixed_precision,
     pageable_memcpy,
 )
+from lightning_perf.analysis.summary import Settings
 from lightning_perf.analysis.trace_figures import BlockingCall, TraceFigures
 
 EPS = 0.01
@@ -102,13 +103,67 @@ def test_mixed_precision_lines_and_target_by_compute_capability():
         severity(mixed_precision, tc_eligible_without_tc_pct=share - EPS, compute_capability=volta) == "low"
     )
     assert severity(mixed_precision, tc_eligible_without_tc_pct=t.MIXED_PRECISION_LOW_PCT - EPS) is None
-    assert severity(mixed_precision, tc_eligible_without_tc_pct=90.0, compute_capability=[6, 1]) is None
+    pascal = mixed_precision(figures(tc_eligible_without_tc_pct=90.0, compute_capability=[6, 1]))
+    assert pascal.severity == "info" and pascal.settings_change == {} and "has none" in pascal.title
     assert mixed_precision(
         figures(tc_eligible_without_tc_pct=90.0, compute_capability=volta)
     ).settings_change == {"precision": "16-mixed"}
     bf16 = mixed_precision(figures(tc_eligible_without_tc_pct=90.0, compute_capability=ampere))
     assert bf16.settings_change == {"precision": "bf16-mixed"}
     assert 'set_float32_matmul_precision("high")' in bf16.recommendation
+
+
+MI300X = dict(device_name="AMD Instinct MI300X", compute_capability=[9, 4])
+A100 = dict(device_name="NVIDIA A100-SXM4-80GB", compute_capability=[8, 0])
+V100 = dict(device_name="Tesla V100-SXM2-16GB", compute_capability=[7, 0])
+
+
+def by_dtype(gpu: dict, settings: Settings | None = None, **eligible: list[float]):
+    """The mixed-precision finding of eligible time ``matmul_bf16=[pct, named pct]`` (kind_dtype) on ``gpu``."""
+    split = {key.replace("_", "/"): value for key, value in eligible.items()}
+    return mixed_precision(figures(tc_eligible_by=split, tensor_core_pct=0.0, **gpu), settings)
+
+
+def test_mixed_precision_half_precision_work_is_matrix_core_work_whatever_its_kernels():
+    """Issue 47: bf16 work on an MI300X gets no precision advice, whatever its kernels are called."""
+    assert by_dtype(MI300X, matmul_bf16=[60.0, 0.0], conv_bf16=[30.0, 10.0]) is None
+    assert by_dtype(A100, matmul_fp16=[90.0, 0.0]) is None
+    # bf16 on a V100: no bf16 tensor cores there; fp16 has them
+    volta = by_dtype(V100, matmul_bf16=[60.0, 0.0])
+    assert volta.settings_change == {"precision": "16-mixed"} and "not bf16" in volta.recommendation
+    assert "compute in bf16 (the operators' input types)" in volta.evidence
+
+
+def test_mixed_precision_fp32_by_tf32_then_kernel_names():
+    off = Settings(precision="32-true", float32_matmul_precision="highest", cudnn_allow_tf32=False)
+    on = Settings(precision="32-true", float32_matmul_precision="high", cudnn_allow_tf32=True)
+    # named fp32 MFMA kernels: without TF32 they are not the matrix-core work precision changes would give
+    finding = by_dtype(MI300X, off, matmul_fp32=[55.0, 55.0], matmul_bf16=[20.0, 0.0])
+    assert finding.severity == "medium" and finding.settings_change == {"precision": "bf16-mixed"}
+    assert "the 55.0% of kernel time in that work would run on tensor cores" in finding.recommendation
+    assert "TF32 off (float32_matmul_precision='highest')" in finding.evidence
+    assert by_dtype(MI300X, on, matmul_fp32=[55.0, 0.0], conv_fp32=[20.0, 0.0]) is None
+    assert by_dtype(A100, off, conv_fp32=[30.0, 0.0]).severity == "low"
+    # no summary: whether TF32 was on is not known, the kernel names decide
+    assert by_dtype(A100, None, matmul_fp32=[55.0, 55.0]) is None
+    names = by_dtype(A100, None, matmul_fp32=[45.0, 5.0])
+    assert "by their kernel names" in names.evidence and names.severity == "low"
+    # a V100 has no TF32: fp32 is without tensor cores whatever the settings, fp16 the way on
+    volta = by_dtype(V100, None, conv_fp32=[70.0, 10.0])
+    assert "has no TF32" in volta.evidence and volta.settings_change == {"precision": "16-mixed"}
+
+
+def test_mixed_precision_of_a_trace_without_input_types_follows_the_runs_precision():
+    unknown = dict(matmul_unknown=[70.0, 0.0])
+    assert by_dtype(A100, Settings(precision="bf16-mixed"), **unknown) is None
+    assert by_dtype(A100, Settings(precision="16-mixed"), **unknown) is None
+    fp32 = by_dtype(A100, Settings(precision="32-true", float32_matmul_precision="highest"), **unknown)
+    assert "precision=32-true in the run summary" in fp32.evidence and fp32.severity == "medium"
+    assert "by their kernel names" in by_dtype(A100, Settings(), **unknown).evidence
+    # diagnose_trace passes the settings to the rule
+    split = figures(tc_eligible_by={"matmul/unknown": [70.0, 0.0]}, **A100)
+    assert [f.id for f in diagnose_trace(split)] == ["mixed_precision"]
+    assert diagnose_trace(split, settings=Settings(precision="bf16-mixed")) == []
 
 
 def test_exposed_communication_lines():

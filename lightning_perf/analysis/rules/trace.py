@@ -13,6 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 from lightning_perf.analysis.diagnosis import input_bound_verdict
+from lightning_perf.analysis.matrix_cores import (
+    BY_NAMES,
+    BY_PRECISION,
+    UNKNOWN,
+    has_matrix_cores,
+    matrix_core_split,
+)
 from lightning_perf.analysis.numbers import MB_PER_GB
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.memory import LEAK_RECOMMENDATION, capacity_finding
@@ -31,7 +38,7 @@ from lightning_perf.analysis.rules.trace_thresholds import (
     MIXED_PRECISION_MEDIUM_PCT,
     PAGEABLE_MEMCPY_MEDIUM_PCT,
 )
-from lightning_perf.analysis.summary import Finding
+from lightning_perf.analysis.summary import Finding, Settings
 from lightning_perf.analysis.trace_figures import TraceFigures
 
 
@@ -135,22 +142,48 @@ def pageable_memcpy(figures: TraceFigures, training: bool = True) -> Finding | N
     )
 
 
-def mixed_precision(figures: TraceFigures) -> Finding | None:
-    share, cc = figures.tc_eligible_without_tc_pct, figures.compute_capability
+def mixed_precision(figures: TraceFigures, settings: Settings | None = None) -> Finding | None:
+    """Eligible matmul and convolution time without matrix cores, decided by the precision the operators computed
+    in (:mod:`~lightning_perf.analysis.matrix_cores`: input types, else the run's ``settings``, else kernel
+    names). No precision advice to work already in half precision; none to a GPU without tensor cores."""
+    cc, device = figures.compute_capability, figures.device_name
+    if figures.tc_eligible_by:
+        split = matrix_core_split(figures.tc_eligible_by, cc, device, settings)
+        share, reasons = split.without_pct, split.reasons()
+        dtypes = sorted(split.without_by_dtype, key=lambda d: -split.without_by_dtype[d])
+    else:  # figures made before the precision split: the kernel names decided
+        share, reasons, dtypes = figures.tc_eligible_without_tc_pct, [BY_NAMES], []
     if share is None or share < MIXED_PRECISION_LOW_PCT:
         return None
-    if cc is not None and cc[0] < TENSOR_CORE_MIN_CC:
-        return None
-    target = "bf16-mixed" if cc is not None and cc[0] >= BF16_MIN_CC else "16-mixed"
-    device = figures.device_name or "the GPU"
+    on = (figures.device_name or "the GPU") + (f" (compute capability {cc[0]}.{cc[1]})" if cc else "")
+    matrix = figures.tensor_core_pct
+    if matrix is not None and figures.tc_eligible_without_tc_pct is not None:  # as the settings decided
+        matrix += figures.tc_eligible_without_tc_pct - share
+    evidence = (
+        f"{_fmt(share)}% of kernel time is in tensor-core-eligible operators (convolution, matmul, linear, ...) "
+        f"running without tensor cores{_why(figures, reasons, dtypes, settings)}; matrix-core work: "
+        f"{_fmt(matrix)}% of kernel time on {on}."
+    )
+    if cc is not None and not has_matrix_cores("fp16", cc, device):
+        return Finding(
+            id="mixed_precision",
+            severity="info",
+            title="Matmuls and convolutions run without tensor cores: the GPU has none",
+            evidence=evidence,
+            recommendation=f"No precision setting moves this work onto matrix cores on {on}: tensor cores "
+            f"start at compute capability {TENSOR_CORE_MIN_CC}.0. Mixed precision would still halve activation "
+            "memory and traffic.",
+        )
+    target = "bf16-mixed" if has_matrix_cores("bf16", cc, device) else "16-mixed"
+    moves = f": the {_fmt(share)}% of kernel time in that work would run on tensor cores"
+    if dtypes and dtypes[0] == "bf16" and target == "16-mixed":
+        moves = f": {on} has tensor cores for fp16, not bf16 (from compute capability {BF16_MIN_CC}.0)"
     return Finding(
         id="mixed_precision",
         severity="medium" if share >= MIXED_PRECISION_MEDIUM_PCT else "low",
         title="Matmuls and convolutions run without tensor cores",
-        evidence=f"{_fmt(share)}% of kernel time is in tensor-core-eligible operators (convolution, matmul, "
-        f"linear, ...) running without tensor cores; tensor-core kernels: {_fmt(figures.tensor_core_pct)}% "
-        f"on {device}" + (f" (compute capability {cc[0]}.{cc[1]})." if cc else "."),
-        recommendation=f'Set `Trainer(precision="{target}")`'
+        evidence=evidence,
+        recommendation=f'Set `Trainer(precision="{target}")`{moves}'
         + (
             ', and `torch.set_float32_matmul_precision("high")` for what stays in float32.'
             if target == "bf16-mixed"
@@ -158,6 +191,29 @@ def mixed_precision(figures: TraceFigures) -> Finding | None:
         ),
         settings_change={"precision": target},
     )
+
+
+def _why(figures: TraceFigures, reasons: list[str], dtypes: list[str], settings: Settings | None) -> str:
+    """Why the work counts as without tensor cores, in the evidence's words: what decided it and how."""
+    if not reasons or reasons[0] == BY_NAMES:
+        if dtypes and dtypes[0] == "fp32":  # typed fp32, TF32 unknown
+            return " by their kernel names (they compute in fp32, from the operators' input types; whether TF32 was on is not known without the run summary)"
+        return " by their kernel names (the trace has no input types, and the run's precision is not known)"
+    source = (
+        f"precision={settings.precision} in the run summary; the trace has no input types"
+        if reasons[0] == BY_PRECISION and settings is not None
+        else "the operators' input types"
+    )
+    why = f": they compute in {'/'.join(d for d in dtypes if d != UNKNOWN) or 'fp32'} ({source})"
+    if "fp32" not in dtypes:
+        return why
+    if has_matrix_cores("tf32", figures.compute_capability, figures.device_name) is False:
+        return why + f", and {figures.device_name or 'the GPU'} has no TF32"
+    if settings is not None:
+        return (
+            why + f", TF32 off (float32_matmul_precision={settings.float32_matmul_precision or 'highest'!r})"
+        )
+    return why
 
 
 def exposed_communication(figures: TraceFigures, training: bool = True) -> Finding | None:
@@ -236,13 +292,25 @@ TRACE_RULES = (
 WORDED_BY_KIND = (input_bound, pageable_memcpy, exposed_communication, memory_growth)
 
 
-def diagnose_trace(figures: TraceFigures, training: bool = True) -> list[Finding]:
+# the rules that read the run's settings where there is a summary (the precision the trace does not record)
+READ_SETTINGS = (mixed_precision,)
+
+
+def diagnose_trace(
+    figures: TraceFigures, training: bool = True, settings: Settings | None = None
+) -> list[Finding]:
     """All trace findings for one trace's figures, most severe first (rule order within one severity).
-    ``training``: whether the trace shows a backward pass or optimizer step (the words of the findings)."""
+    ``training``: whether the trace shows a backward pass or optimizer step (the words of the findings);
+    ``settings``: the run summary's, when there is one (precision and TF32, for traces without input types)."""
     if not isinstance(figures, TraceFigures):
         raise ValueError(f"figures: expected TraceFigures, got {type(figures).__name__}")
     found = (
-        rule(figures, training=training) if rule in WORDED_BY_KIND else rule(figures) for rule in TRACE_RULES
+        rule(figures, training=training)
+        if rule in WORDED_BY_KIND
+        else rule(figures, settings)
+        if rule in READ_SETTINGS
+        else rule(figures)
+        for rule in TRACE_RULES
     )
     findings = [f for f in found if f is not None]
     return sorted(findings, key=lambda f: SEVERITY_ORDER.index(f.severity))

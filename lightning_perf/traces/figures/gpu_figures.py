@@ -11,8 +11,6 @@ Standard library and numpy. Times in the trace are microseconds; the figures are
 
 from __future__ import annotations
 
-import functools
-import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -36,7 +34,13 @@ from lightning_perf.traces.figures.host_calls import (
     in_host_steps,
     issuing_operators,
 )
-from lightning_perf.traces.figures.intervals import Intervals, intersect, ordered_sum, subtract, union_of
+from lightning_perf.traces.figures.intervals import Intervals, intersect, subtract, union_of
+from lightning_perf.traces.figures.tensor_cores import (  # noqa: F401 (re-exported: read from here too)
+    TENSOR_CORE_ELIGIBLE,
+    TRITON_PREFIX,
+    is_tensor_core_eligible,
+    tensor_core_figures,
+)
 from lightning_perf.traces.read.columns import SpanColumns, columns_of
 from lightning_perf.traces.read.columns import host_steps as steps_of_host
 from lightning_perf.traces.read.reader import is_dataloader_span
@@ -52,7 +56,6 @@ from lightning_perf.traces.read.spans import (
 )
 from lightning_perf.traces.vendors import (
     NVIDIA_TENSOR_CORE_MARKERS,
-    is_communication_kernel_name,
     is_launch_call,
     is_matrix_core_kernel,
 )
@@ -60,26 +63,11 @@ from lightning_perf.traces.vendors import (
 # Kernels shorter than this are "tiny": launching one costs the host about 5-10 us (NVIDIA, "Getting Started
 # with CUDA Graphs": launch overheads of a few microseconds), so a GPU fed by them waits for launches.
 SMALL_KERNEL_US = 10.0
-# Which kernels run on matrix cores (NVIDIA tensor cores, AMD MFMA): traces/vendors.py's tables.
+# Which kernels run on matrix cores (NVIDIA tensor cores, AMD MFMA): traces/vendors.py's tables, as the
+# fallback of the precision the operators computed in (traces/figures/tensor_cores.py).
 TENSOR_CORE_MARKERS = NVIDIA_TENSOR_CORE_MARKERS
 uses_tensor_cores = is_matrix_core_kernel
-# torch-tb-profiler's TC_OP_Allowlist (the operators autocast runs in half precision) by name pattern, so that
-# torch 2.x names match too (aten::convolution_backward, autograd "MmBackward0", scaled_dot_product...), and
-# ROCm's twins of cudnn_convolution (aten::miopen_convolution, miopen_depthwise_convolution, ...).
-TENSOR_CORE_ELIGIBLE = re.compile(
-    r"(^|::|: )(_?convolution\w*|conv\w*|cudnn_convolution\w*|miopen_\w*convolution\w*|prelu|addmm_?|addmv_?"
-    r"|addr|matmul|mm|mv|linear|addbmm|baddbmm|bmm|_scaled_mm|chain_matmul|linalg_multi_dot|_thnn_fused_\w+_cell"
-    r"|lstm_cell|gru_cell|rnn_\w+_cell|\w*scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
-    r"|(Convolution\w*|Bmm|Mm|Addmm|Addmv|Mv|Addbmm|Baddbmm)Backward\d*$"
-)
-# Triton (torch.compile) kernels: whether they use tensor cores cannot be told from the name.
-TRITON_PREFIX = "triton_"
 _US_PER_MS = 1000.0
-
-
-@functools.cache  # a few hundred distinct (interned) names against ~1e5 events
-def is_tensor_core_eligible(operator: str | None) -> bool:
-    return operator is not None and TENSOR_CORE_ELIGIBLE.search(operator) is not None
 
 
 @gc_paused()
@@ -116,7 +104,8 @@ def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> Tr
     figures.compute_busy_pct = busy_pct(spans, window, compute_only=True)
     idle = idle_ranges(spans, window)
     figures.step_idle_pct = 100.0 * idle.length() / (window[1] - window[0])
-    issuers = issuing_operators(spans)
+    inner_index: dict[int, int] = {}  # each runtime call's innermost operator, for its input types
+    issuers = issuing_operators(spans, inner_index)
     blocking = blocking_mask(columns_of(spans))  # for the idle shares and the blocking-call table
     figures.host_during_idle_pct = _host_during_idle(spans, idle, blocking)
     _kernels(figures, spans, window, n)
@@ -125,7 +114,7 @@ def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> Tr
     figures.communication_ms_per_step = comm / n / _US_PER_MS
     figures.exposed_communication_ms_per_step = exposed / n / _US_PER_MS
     _copies(figures, spans, window, n)
-    _tensor_cores(figures, spans, window, issuers)
+    tensor_core_figures(figures, spans, window, issuers, inner_index)
     _memory(figures, parsed, steps)
     return figures
 
@@ -244,38 +233,6 @@ def _copies(figures: TraceFigures, spans: Sequence[Span], window: tuple[float, f
     pageable = [m for m in figures.memcpy if m.kind.startswith("HtoD") and "Pageable" in m.kind]
     figures.pageable_htod_calls = sum(m.calls for m in pageable)
     figures.pageable_htod_ms_per_step = sum(m.ms_per_step for m in pageable)
-
-
-def _tensor_cores(
-    figures: TraceFigures, spans: Sequence[Span], window: tuple[float, float], issuers: dict[int, Any]
-) -> None:
-    """torch-tb-profiler's tensor-core figures: kernel time in tensor-core kernels, and kernel time launched by
-    tensor-core-eligible operators (the innermost operator around the launch) that ran without them."""
-    cols = columns_of(spans)
-    calls = sorted(issuers)  # in file order: of two calls with one correlation id, the later one counts
-    launcher: dict[Any, str | None] = dict(
-        zip(cols.correlation[calls].tolist(), [issuers[i].inner for i in calls], strict=True)
-    )
-    kernels = (
-        cols.in_cats(KERNEL_CATS) & _inside(cols, window) & ~cols.where_name(is_communication_kernel_name)
-    )
-    durations = cols.end[kernels] - cols.start[kernels]
-    with_tc = cols.where_name(is_matrix_core_kernel)[kernels]
-    triton = cols.where_name(lambda name: name.startswith(TRITON_PREFIX))[kernels]
-    operators = map(launcher.get, cols.correlation[kernels].tolist())
-    eligible = np.fromiter(map(is_tensor_core_eligible, operators), bool, len(durations))
-    # each sum in the kernels' order, as the loop this replaced added them
-    total = ordered_sum(durations)
-    tc, triton_us = ordered_sum(durations[with_tc]), ordered_sum(durations[triton])
-    eligible_us, eligible_no_tc = (
-        ordered_sum(durations[eligible]),
-        ordered_sum(durations[eligible & ~with_tc]),
-    )
-    if total > 0:
-        figures.tensor_core_pct = 100.0 * tc / total
-        figures.tc_eligible_pct = 100.0 * eligible_us / total
-        figures.tc_eligible_without_tc_pct = 100.0 * eligible_no_tc / total
-        figures.triton_pct = 100.0 * triton_us / total
 
 
 def _memory(figures: TraceFigures, parsed: ParsedTrace, steps: Sequence[StepSpan]) -> None:

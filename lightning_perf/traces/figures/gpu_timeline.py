@@ -8,17 +8,20 @@ HTA's ``get_temporal_breakdown`` (hta/analyzers/breakdown_analysis.py, HTA 0.5) 
 - non-compute: the rest of the busy time (communication, memcpy, memset not hidden under compute).
 
 HTA leaves out the last profiled step (its parser keeps the GPU work of the runtime calls made before the last
-ProfilerStep starts), so :func:`gpu_timeline` counts the GPU work launched from the first step's start to the last
-step's start, found through the correlation id of the launching runtime call. GPU activities that no runtime call
-of the trace launched (no correlation id, or one no call has: 968 of 3,653 activities of an activation-checkpointing
-trace, once left out here; HTA's join on the id drops those whose id no CPU event has) ran all the same: they are
-counted where they ran, from the first step's start until the later of the last step's start and the end of the
-launched work. Those launched before the first step are left out, as the work
-of runtime calls made before it: their correlation id is below that of every call made in the steps (the ids
-count the runtime calls of the process). On shared/realtraces this gives HTA's figures to 0.01 point on
-``ddp_a100_rank1_of2`` (whose 614 activities without a call were launched before profiling began) and within 1
-point on ``ddp_a100_rank0``, whose sub-microsecond timestamps HTA reads as whole microseconds (timeunit ns in that
-trace); we keep them exact.
+ProfilerStep starts), so :func:`gpu_timeline` counts the GPU work launched from the first step's start to the
+last step's start, found through the correlation id of the launching runtime call. GPU activities that no
+runtime call of the trace launched (no correlation id, or one no call has: 968 of 3,653 activities of an
+activation-checkpointing trace, once left out here; HTA's join on the id drops those whose id no CPU event has)
+ran all the same: they are counted where they ran when they were launched in the steps as far as the trace
+tells: when they start between the first step's start and the last step's start, or on their stream before work
+that was launched in the steps (a stream runs its work in launch order). Not merely while a kernel of the steps
+still runs on another stream: on a communication-heavy trace the last counted step's all-reduce runs under the
+kernels of the last step, which that rule once counted as the steps' work (less idle, more compute). Those
+launched before the first step are left out, as the work of runtime calls made before it: their correlation id
+is below that of every call made in the steps (the ids count the runtime calls of the process). On
+shared/realtraces this gives HTA's figures to 0.01 point on ``ddp_a100_rank1_of2`` (whose 614 activities without
+a call were launched before profiling began) and within 1 point on ``ddp_a100_rank0``, whose sub-microsecond
+timestamps HTA reads as whole microseconds (timeunit ns in that trace); we keep them exact.
 
 Standard library and numpy. Times are in microseconds, as in the trace.
 """
@@ -94,8 +97,9 @@ class GpuTimeline:
 def counted_work(cols: SpanColumns, gpu: np.ndarray, first: float, last: float) -> np.ndarray:
     """Mask of the GPU activities of ``gpu`` in HTA's window of steps ``first`` (the first step's start) to
     ``last`` (the last step's start): those launched by a runtime call made in it, and those no call launched
-    (no correlation id, or one no call has) that started in it or before the launched work ended, unless their
-    id is below that of every call made from ``first`` on (launched before the steps)."""
+    (no correlation id, or one no call has) that were launched in it as far as the trace tells: started in it,
+    or started on their stream before work launched in it did (a stream runs its work in launch order), unless
+    their id is below that of every call made from ``first`` on (launched before the steps)."""
     work = np.flatnonzero(gpu)
     calls = cols.in_cats(RUNTIME_CATS) & cols.has_correlation
     launched_at = launch_times(cols, calls, work)
@@ -105,12 +109,30 @@ def counted_work(cols: SpanColumns, gpu: np.ndarray, first: float, last: float) 
     orphans = work[~linked]
     if not len(orphans):
         return counted
-    end = max(last, float(cols.end[counted].max())) if counted.any() else last
     start = cols.start[orphans]
-    keep = (start >= first) & (start < end)
+    keep = (start >= first) & (start < np.maximum(last, _latest_on_stream(cols, counted, orphans)))
     counted[orphans[keep]] = True
     counted[orphans] &= ~before_steps(cols, counted, first)[orphans]
     return counted
+
+
+def _latest_on_stream(cols: SpanColumns, counted: np.ndarray, orphans: np.ndarray) -> np.ndarray:
+    """For each of ``orphans``, the latest start of the ``counted`` work on its stream (-inf: none). Work
+    that started before it on that stream was launched before it: in the steps. (Not the latest end: a long
+    collective of the last counted step would take in every kernel of the last step on the other streams.)"""
+    latest = np.full(len(orphans), -np.inf)
+    chosen = np.flatnonzero(counted)
+    if not len(chosen):
+        return latest
+    streams, starts = cols.thread_code[chosen], cols.start[chosen]
+    order = np.lexsort((starts, streams))
+    streams, starts = streams[order], starts[order]
+    ends = np.flatnonzero(np.append(streams[1:] != streams[:-1], True))  # the last (latest) of each stream
+    place = np.searchsorted(streams[ends], cols.thread_code[orphans])
+    found = place < len(ends)
+    found[found] = streams[ends][place[found]] == cols.thread_code[orphans][found]
+    latest[found] = starts[ends][place[found]]
+    return latest
 
 
 def gpu_timeline(spans: Sequence[Span], steps: Sequence[StepSpan]) -> GpuTimeline | None:

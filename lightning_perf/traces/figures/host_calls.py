@@ -57,9 +57,10 @@ class Issuer(NamedTuple):
 _START, _END = operator.itemgetter(2), operator.itemgetter(3)
 
 
-def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
+def issuing_operators(spans: Iterable[Span], inner_index: dict[int, int] | None = None) -> dict[int, Issuer]:
     """Each runtime call's :class:`Issuer`, by the call's index in the span list (of :func:`columns_of`), by
-    nesting on the calling thread (ProfilerStep# and other user annotations are not operators)."""
+    nesting on the calling thread (ProfilerStep# and other user annotations are not operators). ``inner_index``,
+    when given, gets each call's innermost operator as a span index (for its input types)."""
     cols = columns_of(spans)
     calls = cols.in_cats(RUNTIME_CATS)
     operators = cols.in_cats(OPERATOR_CATS) & ~cols.where_name(
@@ -73,6 +74,8 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
     issuers: dict[tuple[str | None, str | None], Issuer] = {}  # one Issuer per (inner, outer) pair
     stack: list[str] = []  # the names of the operators open at this point of the walk
     stack_ends: list[float] = []
+    stack_index: list[int] = []  # their span indices, kept only for inner_index
+    keep_index = inner_index is not None
     thread = None
     walk = zip(
         order.tolist(),
@@ -87,14 +90,19 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
         if span_thread != thread:
             stack.clear()
             stack_ends.clear()
+            stack_index.clear()
             thread = span_thread
         limit = start + TIME_TOLERANCE_US
         while stack_ends and stack_ends[-1] <= limit:
             stack_ends.pop()
             stack.pop()
+            if keep_index:
+                stack_index.pop()
         if not is_call:
             stack.append(name)
             stack_ends.append(end)
+            if keep_index:
+                stack_index.append(index)
             continue
         if (
             stack_ends
@@ -102,8 +110,13 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
             and stack_ends[0] + TIME_TOLERANCE_US >= end
         ):
             pair = (stack[-1], stack[0])  # the common case, inline: the top and the bottom both last
+            if keep_index:
+                inner_index[index] = stack_index[-1]  # type: ignore[index]
         else:
-            pair = _innermost_and_outermost(stack, stack_ends, end)
+            depths = _innermost_and_outermost(stack_ends, end)
+            pair = (None, None) if depths is None else (stack[depths[0]], stack[depths[1]])
+            if keep_index and depths is not None:
+                inner_index[index] = stack_index[depths[0]]  # type: ignore[index]
         issuer = issuers.get(pair)
         if issuer is None:
             issuer = issuers[pair] = Issuer(*pair)
@@ -111,17 +124,15 @@ def issuing_operators(spans: Iterable[Span]) -> dict[int, Issuer]:
     return found
 
 
-def _innermost_and_outermost(
-    stack: list[str], ends: list[float], end: float
-) -> tuple[str | None, str | None]:
-    """The innermost and the outermost operator of the stack that last until ``end``: one scan from each side
-    (both stop at once in the common case of properly nested spans)."""
-    for depth in range(len(stack) - 1, -1, -1):
+def _innermost_and_outermost(ends: list[float], end: float) -> tuple[int, int] | None:
+    """The depths of the innermost and the outermost operator of the stack that last until ``end``: one scan
+    from each side (both stop at once in the common case of properly nested spans); None when none lasts."""
+    for depth in range(len(ends) - 1, -1, -1):
         if ends[depth] + TIME_TOLERANCE_US >= end:
             for outer in range(depth + 1):
                 if ends[outer] + TIME_TOLERANCE_US >= end:
-                    return stack[depth], stack[outer]
-    return None, None
+                    return depth, outer
+    return None
 
 
 def copy_names_by_correlation(spans: Iterable[Span]) -> dict[Any, str]:

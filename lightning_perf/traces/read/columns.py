@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import operator
 import weakref
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
@@ -53,6 +54,8 @@ class SpanColumns:
         thread_code: np.ndarray,
         external_id: np.ndarray,
         correlation: np.ndarray,
+        input_type_code: np.ndarray | None = None,
+        input_types: list[tuple[str, ...] | None] | None = None,
     ) -> None:
         # a SpanList holds its columns (columns_of): the link back is weak, so dropping a trace frees both
         # at once by reference counting, not by a pass of the cyclic collector over every span (17 ms of a
@@ -67,6 +70,13 @@ class SpanColumns:
         self.thread_code = thread_code
         self.external_id = external_id  # object arrays: None where the span has none
         self.correlation = correlation
+        # the input types (``Input type``, traces recorded with shapes) of each tensor-core-eligible operator as a
+        # code into ``input_types``, the distinct tuples; code 0 is None: no types (every other span, and every
+        # span of columns made from tuples)
+        self.input_type_code = (
+            np.zeros(len(start), dtype=np.int32) if input_type_code is None else input_type_code
+        )
+        self.input_types = [None] if input_types is None else input_types
 
     @property
     def spans(self) -> list[Span]:
@@ -211,12 +221,26 @@ class ColumnsBuilder:
         self._tid_code: list[np.ndarray] = []
         self._external_id: list[Any] = []
         self._correlation: list[Any] = []
+        self._input_type_code: list[np.ndarray] = []
         self._names, self._cats, self._pids, self._tids = Codebook(), Codebook(), Codebook(), Codebook()
+        self._input_types = Codebook()
+        self._input_types.codes([None])  # code 0: no input types
 
-    def add(self, start: np.ndarray, end: np.ndarray, *fields: list[Any]) -> None:
+    def add(
+        self,
+        start: np.ndarray,
+        end: np.ndarray,
+        *fields: list[Any],
+        input_types: tuple[list[int], list[Any]] | None = None,
+    ) -> None:
         """One batch: its start and end times, then the lists of its names, categories, pids, tids, external
-        ids and correlation ids (the Span fields in order)."""
+        ids and correlation ids (the Span fields in order). ``input_types``: (indices in the batch, their input
+        types), for the spans that have them: a tuple of strings, or the JSON text as bytes."""
         names, cats, pids, tids, external_ids, correlations = fields
+        codes = np.zeros(len(start), dtype=np.int32)
+        if input_types is not None and input_types[0]:
+            codes[input_types[0]] = self._input_types.codes(input_types[1])
+        self._input_type_code.append(codes)
         self._start.append(start)
         self._end.append(end)
         self._name_code.append(self._names.codes(names))
@@ -226,13 +250,14 @@ class ColumnsBuilder:
         self._external_id.extend(external_ids)
         self._correlation.extend(correlations)
 
-    def add_spans(self, spans: list[Span]) -> None:
-        """One batch of span tuples."""
+    def add_spans(self, spans: list[Span], input_types: tuple[list[int], list[Any]] | None = None) -> None:
+        """One batch of span tuples (and input types, as :meth:`add` takes them)."""
         n = len(spans)
         self.add(
             np.fromiter(map(_START, spans), np.float64, n),
             np.fromiter(map(_END, spans), np.float64, n),
             *(list(map(field, spans)) for field in (_NAME, _CAT, _PID, _TID, _EXTERNAL_ID, _CORRELATION)),
+            input_types=input_types,
         )
 
     def columns(self, spans: list[Span]) -> SpanColumns:
@@ -249,7 +274,22 @@ class ColumnsBuilder:
             thread_code(_joined(self._pid_code, np.int32), _joined(self._tid_code, np.int32)),
             np.fromiter(self._external_id, object, n),
             np.fromiter(self._correlation, object, n),
+            _joined(self._input_type_code, np.int32),
+            list(map(_type_names, self._input_types.values())),
         )
+
+
+def _type_names(value: Any) -> tuple[str, ...] | None:
+    """An ``Input type`` as coded (a tuple, or the JSON text as bytes) as a tuple of strings; None for anything
+    else (a trace's bad value is no types, never an error)."""
+    if isinstance(value, bytes):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(name, str) for name in value):
+        return None
+    return tuple(value)
 
 
 def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -22,8 +22,9 @@ Number = int | float
 
 
 class EventArgs(msgspec.Struct, gc=False):
-    """The ``args`` fields the analyses read: the ids that link operators, runtime calls and GPU work, and
-    the allocator's sample (``[memory]`` events; kept as decoded, any type, checked by the loader)."""
+    """The ``args`` fields the analyses read: the ids that link operators, runtime calls and GPU work, the
+    allocator's sample (``[memory]`` events; kept as decoded, any type, checked by the loader), and an operator's
+    input types (``record_shapes=True``: what decides whether its matmul ran on matrix cores)."""
 
     external_id: int | None | UnsetType = msgspec.field(default=UNSET, name="External id")
     external_id_lower: int | None | UnsetType = msgspec.field(default=UNSET, name="external id")
@@ -32,6 +33,9 @@ class EventArgs(msgspec.Struct, gc=False):
     device_id: Any = msgspec.field(default=UNSET, name="Device Id")
     total_allocated: Any = msgspec.field(default=UNSET, name="Total Allocated")
     bytes: Any = msgspec.field(default=UNSET, name="Bytes")
+    # the JSON text as written (any value: checked when read), not parsed: only tensor-core-eligible operators'
+    # are kept, coded by their text, and the few hundred distinct texts parsed at the end
+    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
 
 
 class Event(msgspec.Struct, gc=False):

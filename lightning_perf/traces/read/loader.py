@@ -14,10 +14,11 @@ Standard library, msgspec and numpy; imports nothing from torch or Lightning.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sys
 from collections.abc import Mapping
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
@@ -37,12 +38,14 @@ from lightning_perf.traces.read.spans import (
     gc_paused,
     span_of,
 )
+from lightning_perf.traces.vendors import is_tensor_core_eligible
 
 # load_trace's shortcut: events whose ts and dur are JSON numbers within this bound are finite, and so are their
 # sums (span_of checks every other event)
 _PLAIN_NUMBERS = (int, float)
 _PLAIN_LIMIT = 1e300
 _new_tuple = tuple.__new__  # a Span without the Python-level __new__ of NamedTuple (same tuple)
+_INPUT_TYPE = operator.attrgetter("input_type")
 intern = sys.intern
 
 
@@ -58,6 +61,7 @@ class _Loaded:
         self.count = self.skipped = 0
         self.reason: str | None = None
         self.lowered: dict[str, str] = {}  # category -> interned lower case: a dozen over ~1e5 events
+        self.eligible: dict[str, bool] = {}  # name -> is_tensor_core_eligible: a few hundred over ~1e5 events
 
 
 @gc_paused()
@@ -132,6 +136,7 @@ def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
         [None if a is None else a.correlation for a in args],
     )
     names, cats, pids, tids, external_ids, correlations = fields
+    input_types = _eligible_input_types(names, args, loaded)
     loaded.spans.extend(
         map(
             _new_tuple,
@@ -149,9 +154,29 @@ def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
             ),
         )
     )
-    loaded.columns.add(starts, ends, *fields)
+    loaded.columns.add(starts, ends, *fields, input_types=input_types)
     loaded.count += len(batch)
     return True
+
+
+def _eligible_input_types(names: list[str], args: list[Any], loaded: _Loaded) -> tuple[list[int], list[Any]]:
+    """(indices, raw ``Input type`` texts as bytes, None for none) of the batch's tensor-core-eligible operators:
+    their types decide whether their matmuls ran on matrix cores, no analysis reads any other's. C-level passes
+    (``compress``, ``map``) but for the rare operator without args."""
+    eligible = loaded.eligible
+    for name in set(names).difference(eligible):
+        eligible[name] = is_tensor_core_eligible(name)
+    chosen = list(compress(range(len(names)), map(eligible.__getitem__, names)))
+    if not chosen:
+        return chosen, []
+    try:
+        raws = list(map(_INPUT_TYPE, map(args.__getitem__, chosen)))
+    except AttributeError:  # an operator without args
+        raws = [None if args[i] is None else args[i].input_type for i in chosen]
+    try:
+        return chosen, list(map(bytes, raws))
+    except TypeError:  # an operator without input types
+        return chosen, [None if raw is None else bytes(raw) for raw in raws]
 
 
 def _add_typed_memory(events: list[Event], loaded: _Loaded) -> bool:
@@ -178,13 +203,31 @@ def _add_typed_memory(events: list[Event], loaded: _Loaded) -> bool:
 def _add_dicts(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
     """Add the event dicts of one batch (any event the JSON holds)."""
     first = len(loaded.spans)
-    _add_dict_spans(batch, loaded)
-    loaded.columns.add_spans(loaded.spans[first:])
+    added_args = _add_dict_spans(batch, loaded)
+    spans = loaded.spans[first:]
+    loaded.columns.add_spans(spans, _dict_input_types(spans, added_args))
 
 
-def _add_dict_spans(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
+def _dict_input_types(spans: list[Span], batch_args: list[Any]) -> tuple[list[int], list[Any]]:
+    """(indices, ``Input type`` values) of the tensor-core-eligible operators among ``spans`` (added from event
+    dicts, ``batch_args`` their args) that have a list of strings there."""
+    picked = [
+        (i, types)
+        for i, (span, args) in enumerate(zip(spans, batch_args, strict=True))
+        if is_tensor_core_eligible(span.name)
+        and type(args) is dict
+        and type(types := args.get("Input type")) is list
+        and all(type(t) is str for t in types)
+    ]
+    return [i for i, _ in picked], [tuple(types) for _, types in picked]
+
+
+def _add_dict_spans(batch: list[dict[str, Any]], loaded: _Loaded) -> list[Any]:
+    """Add the spans of the event dicts of one batch; returns the args of the spans added, in order."""
     spans, memory, running, lowered = loaded.spans, loaded.memory, loaded.running, loaded.lowered
     add_span = spans.append
+    added_args: list[Any] = []
+    add_args = added_args.append
     for event in batch:
         loaded.count += 1
         # span_of's work written out for the common event (numbers in range, string name and category)
@@ -215,6 +258,7 @@ def _add_dict_spans(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
             low = lowered.get(cat)
             if low is None:
                 low = lowered[cat] = sys.intern(cat.lower())
+            add_args(args)
             start = float(ts)
             add_span(
                 _new_tuple(
@@ -240,6 +284,8 @@ def _add_dict_spans(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
             continue
         if span is not None:
             add_span(span)
+            add_args(event.get("args"))
+    return added_args
 
 
 def _add_memory_event(

@@ -34,8 +34,9 @@ import stat
 from collections.abc import Iterable
 from typing import Any
 
+from lightning_perf.analysis.matrix_cores import with_run_settings
 from lightning_perf.analysis.rules.trace import diagnose_trace
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, SummaryError
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, Settings, SummaryError
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.atomic_file import describe_os_error
 from lightning_perf.errors import LightningPerfError
@@ -213,7 +214,11 @@ def build_report(
         raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
     sections = []
     analyse = functools.partial(
-        analyse_or_fail, top=top, with_input_rule=summary is None, alignment=alignment
+        analyse_or_fail,
+        top=top,
+        with_input_rule=summary is None,
+        alignment=alignment,
+        settings=summary.settings if summary is not None else None,
     )
     used, capped = capped_jobs(jobs, len(traces))
     if capped is not None and notices is not None:
@@ -287,12 +292,18 @@ def is_training(names: Iterable[str]) -> bool:
 
 
 def analyse_or_fail(
-    path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True, alignment: str = TB_ALIGNMENT
+    path: str,
+    top: int = DEFAULT_TOP,
+    with_input_rule: bool = True,
+    alignment: str = TB_ALIGNMENT,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """:func:`analyse_trace`, any error of the analysis made a :class:`TraceError` naming the file and the error,
     so that it costs this trace, not the report (in a worker or in this process)."""
     try:
-        return analyse_trace(path, top=top, with_input_rule=with_input_rule, alignment=alignment)
+        return analyse_trace(
+            path, top=top, with_input_rule=with_input_rule, alignment=alignment, settings=settings
+        )
     except (TraceError, OSError):
         raise
     except Exception as err:  # a trace the analysis fails on: an unreadable trace, not a failed report
@@ -301,16 +312,22 @@ def analyse_or_fail(
 
 @gc_paused()
 def analyse_trace(
-    path: str, top: int = DEFAULT_TOP, with_input_rule: bool = True, alignment: str = TB_ALIGNMENT
+    path: str,
+    top: int = DEFAULT_TOP,
+    with_input_rule: bool = True,
+    alignment: str = TB_ALIGNMENT,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """One trace file's section of the report. :class:`TraceError` naming the file on bad input.
-    ``with_input_rule=False`` leaves the input-bound verdict to the run summary."""
+    ``with_input_rule=False`` leaves the input-bound verdict to the run summary; ``settings``: the run summary's
+    (the precision and TF32 settings decide the tensor-core shares where the trace cannot)."""
     parsed = load_trace(path)
     breakdown = step_breakdown(parsed.spans, alignment)
     figures = trace_figures(parsed, breakdown)
+    with_run_settings(figures, settings)
     operators, kernels = cpu_operator_stats(parsed.spans), kernel_stats(parsed.spans)
     training = is_training(s.name for s in (*operators, *kernels))
-    found = diagnose_trace(figures, training=training)
+    found = diagnose_trace(figures, training=training, settings=settings)
     findings = [f for f in found if with_input_rule or f.id != "input_bound"]
     steps = breakdown.steps
     average = breakdown.average()

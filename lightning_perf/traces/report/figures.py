@@ -46,11 +46,8 @@ def figure_lines(trace: dict[str, Any]) -> list[str]:
     lines.append(
         f"Tensor cores: {_f(fig['tensor_core_pct'], '%')} of kernel time; eligible operators "
         f"{_f(fig['tc_eligible_pct'], '%')}, of which without tensor cores {_f(fig['tc_eligible_without_tc_pct'], '%')}"
-        + (
-            f"; Triton kernels {_f(fig['triton_pct'], '%')} (cannot be told by name)"
-            if fig["triton_pct"]
-            else ""
-        )
+        + (f" (decided by {fig['tc_decided_by']})" if fig.get("tc_decided_by") else "")
+        + (f"; Triton kernels {_f(fig['triton_pct'], '%')}" if fig["triton_pct"] else "")
     )
     if fig["memory_peak_gb"] is not None:
         kind = "peak" if fig["memory_absolute"] else "peak above the first sample"
