@@ -158,6 +158,9 @@ def propose(
             elif f.severity in ACTIONABLE_SEVERITIES:
                 unapplied.append(Unapplied(f.id, f.title, "needs code", f.recommendation))
             continue
+        # one candidate a finding: the keys of one settings change go together (`num_workers=4` with the
+        # `persistent_workers=True` its text asks for), each key in the first finding that sets it
+        labels, overrides, changes, semantic = [], [], {}, False
         for key, value in f.settings_change.items():
             if key in taken:
                 continue
@@ -168,14 +171,18 @@ def propose(
             wheres = config_keys(key, targets)
             assert wheres  # _why_not checked
             taken.add(key)
-            label = label_of(key, value)
-            semantic = is_semantic(key, value, settings)
+            labels.append(label_of(key, value))
+            semantic = semantic or is_semantic(key, value, settings)
+            overrides += [(where, value_text(value)) for where in wheres]
+            changes.update({where: value for where in wheres})
+        if labels:
+            label = " + ".join(labels)
             singles.append(
                 Candidate(
-                    slug(label),
+                    slug(labels[0]),
                     label + (f" ({SEMANTIC_LABEL})" if semantic else ""),
-                    [(where, value_text(value)) for where in wheres],
-                    {where: value for where in wheres},
+                    overrides,
+                    changes,
                     semantic,
                     [f.id],
                 )

@@ -26,6 +26,20 @@ def finding(id_: str, change: dict, severity: str = "high") -> Finding:
     return Finding(id_, severity, f"title of {id_}", "evidence", f"do {id_}", change)
 
 
+def test_the_keys_of_one_settings_change_are_one_candidate():
+    """The workers advice carries the persistent workers its text asks for: one candidate, not one a key plus
+    their combination (which doubled every tune's rounds); a key a finding cannot apply is listed alone."""
+    findings = [
+        finding("input_bound", {"num_workers": 4, "persistent_workers": True, "pin_memory": True}),
+        finding("persistent_workers", {"persistent_workers": True}, "medium"),  # taken by the first
+    ]
+    proposal = propose(findings, Settings(), TARGETS)
+    (candidate,) = proposal.candidates
+    assert candidate.name == "num_workers_4" and candidate.label == "num_workers=4 + persistent_workers"
+    assert candidate.changes == {"data.init_args.num_workers": 4, "data.init_args.persistent_workers": True}
+    assert [(u.finding, u.change) for u in proposal.unapplied] == [("input_bound", {"pin_memory": True})]
+
+
 def test_findings_become_config_candidates_their_combination_and_a_list_of_what_is_not_tried():
     findings = [
         finding("input_bound", {"num_workers": 2}),
