@@ -36,6 +36,7 @@ from lightning_perf.analysis.rules.thresholds import (
     WORKERS_MARGIN,
 )
 from lightning_perf.analysis.rules.worker_model import charged_choice
+from lightning_perf.analysis.rules.worker_model import workers_phrase as _workers
 from lightning_perf.analysis.summary import RunSummary
 
 WAITS = "waits"
@@ -298,7 +299,3 @@ def _probe_compared(probe: object, workers: int) -> bool:
         if isinstance(c, dict) and _num(c.get("batches_per_sec")) and not c.get("error")
     }
     return workers in measured and any(isinstance(n, int) and n > workers for n in measured)
-
-
-def _workers(count: int | None) -> str:
-    return "1 worker" if count == 1 else f"{count} workers"

@@ -144,7 +144,7 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
     elif handoff.load_ms is not None:
         source = "fetched in the training process after the fit, no workers"
     else:
-        source = f"{_workers(current)} x the step, less the hand-off"
+        source = f"{workers_phrase(current)} x the step, less the hand-off"
     basis = (
         f"a batch takes ~{_ms(load)} ms to load ({source}) and {_ms(compute)} ms to compute, and "
         f"{handoff.describe()}"
@@ -152,7 +152,7 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
     if steps[current] <= near:
         others = ", ".join(f"{_ms(steps[n])} ms with {n}" for n in counts if n != current)
         return None, (
-            f"{basis}: measured step {_ms(steps[current])} ms with {_workers(current)}, predicted {others}; "
+            f"{basis}: measured step {_ms(steps[current])} ms with {workers_phrase(current)}, predicted {others}; "
             f"no count is {NEAR_BEST_STEP_PCT:g}% faster"
         )
     pick = min(n for n in counts if steps[n] <= near)
@@ -165,12 +165,13 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
     else:
         head = "the loading costs more than its hand-off, so workers overlap it with the step"
     return pick, (
-        f"{head}: {basis}; predicted step {_ms(steps[pick])} ms with {_workers(pick)} against "
-        f"{_ms(steps[current])} ms measured with {_workers(current)}"
+        f"{head}: {basis}; predicted step {_ms(steps[pick])} ms with {workers_phrase(pick)} against "
+        f"{_ms(steps[current])} ms measured with {workers_phrase(current)}"
     )
 
 
-def _workers(count: int) -> str:
+def workers_phrase(count: int | None) -> str:
+    """``1 worker``, ``4 workers``: also the words of rules/loading.py."""
     return "1 worker" if count == 1 else f"{count} workers"
 
 
