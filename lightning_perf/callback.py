@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from lightning_perf import console
 from lightning_perf.analysis.summary import RunSummary, TraceFile
-from lightning_perf.collect import namespaces, run_state
+from lightning_perf.collect import flop_count, namespaces, run_state
 from lightning_perf.collect.config import ProbeMode, TraceRanks, config_of
 from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
@@ -25,17 +25,8 @@ from lightning_perf.probes.cudnn_benchmark import BatchSpec
 
 log = console.logger(__name__)
 
-_RUNTIME_ATTRS = (
-    "_fit",
-    "_eval",
-    "_sampler",
-    "_reducer",
-    "_trace_dir",
-    "_fit_started",
-    "_started_at",
-    "_hp_placeholder",
-    "_ab_spec",
-)
+_RUNTIME_ATTRS = ("_fit", "_eval", "_sampler", "_reducer", "_trace_dir", "_fit_started", "_started_at")
+_RUNTIME_ATTRS += ("_hp_placeholder", "_ab_spec", "_flops")
 _EVAL_STAGES = {"validate": "validate_loop", "test": "test_loop", "predict": "predict_loop"}
 
 
@@ -90,6 +81,7 @@ class PerfCallback(*namespaces.callback_bases()):
         trace_ranks: global ranks that record traces: "all", a list, or "auto" (every rank up to 8, else
             rank 0, each node's first rank and the last); the others still time, sample and join the rank table.
         profile_on_slowdown: record one extra profiler cycle when the step time rises lastingly mid-run.
+        flops_per_batch: FLOPs of one training batch, for the MFU; default: one real step's, counted once a fit.
 
     Example::
 
@@ -127,6 +119,7 @@ class PerfCallback(*namespaces.callback_bases()):
         log_hparams: bool = True,
         trace_ranks: TraceRanks = "auto",
         profile_on_slowdown: bool = True,
+        flops_per_batch: float | None = None,
     ) -> None:
         super().__init__()
         self.config = config_of(locals())  # under LightningCLI a bad argument ends in one line naming it
@@ -148,6 +141,7 @@ class PerfCallback(*namespaces.callback_bases()):
         self._started_at: str | None = None
         self._hp_placeholder = False
         self._ab_spec: BatchSpec | None = None
+        self._flops: flop_count.FlopCount | None = None  # until the one counted step has ended
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -214,6 +208,7 @@ class PerfCallback(*namespaces.callback_bases()):
             self._reducer.check_batch_counts(trainer.num_training_batches)  # collective, on every rank
         loggers.write_custom_scalars_layout(trainer)
         self._ab_spec = None
+        self._flops = flop_count.start(self.config, self._fit, pl_module)
         if self.config.utilization:
             self._start_sampler(trainer)
 
@@ -244,11 +239,15 @@ class PerfCallback(*namespaces.callback_bases()):
         session = self._fit
         if session is not None and session.hook_timing is not None:
             session.hook_timing.batch_started(batch)
+        if self._flops is not None:
+            self._flops.batch_started()
 
     @override
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if self._flops is not None and self._flops.batch_ended():
+            self._flops = None
         session = self._fit
         if session is not None and session.clock.window_steps >= self._window_batches:
             started = perf_counter()
@@ -367,6 +366,7 @@ class PerfCallback(*namespaces.callback_bases()):
         self._reset_runtime()
 
     def _finish_fit(self, trainer: Trainer, status: str) -> None:
+        self._flops = flop_count.abandon(self._flops)  # the fit may have ended inside the counted step
         session, self._fit = self._fit, None
         self._finish(trainer, session, status, fetcher_hooks.loop_fetcher(trainer.fit_loop))
 

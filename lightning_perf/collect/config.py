@@ -45,6 +45,7 @@ _BOOL_FIELDS = (
 MAX_TRACE_MB = 1e9  # a petabyte of traces per run and rank
 MAX_INTERVAL_S = 86400.0  # a day between logging windows or utilization samples
 MAX_PROBE_BUDGET_S = 3600.0  # the num_workers probe runs after training: an hour is the most worth waiting
+MAX_FLOPS_PER_BATCH = 1e30  # a million exaFLOPs a batch: beyond any model, and finite
 # name: (whether 0 is allowed, upper bound, unit)
 _NUMBER_RANGES = {
     "max_trace_mb": (False, MAX_TRACE_MB, "megabytes"),
@@ -86,6 +87,7 @@ class PerfConfig:
     log_hparams: bool = True
     trace_ranks: str | tuple[int, ...] = "auto"
     profile_on_slowdown: bool = True
+    flops_per_batch: float | None = None
 
     def __post_init__(self) -> None:
         self.schedule  # noqa: B018 - builds and so validates the schedule numbers
@@ -101,6 +103,9 @@ class PerfConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise _error(name, value, "an integer >= 1, or None")
+        if self.flops_per_batch is not None:  # the user's figure replaces the counted one
+            flops = _number("flops_per_batch", self.flops_per_batch, False, MAX_FLOPS_PER_BATCH, "FLOPs")
+            _set(self, "flops_per_batch", flops)
         if not isinstance(self.probe_num_workers, str) or self.probe_num_workers not in PROBE_MODES:
             raise _error(
                 "probe_num_workers", self.probe_num_workers, f"one of {', '.join(map(repr, PROBE_MODES))}"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lightning_perf import console
+from lightning_perf.analysis.compute_limit import StepFlops
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import compile_events
 from lightning_perf.collect.cuda_events import CudaStepEvents
@@ -113,6 +114,8 @@ class PerfSession:
         self.watch: LongRunWatch | None = None  # fit only: the slowdown check and extra cycles, per window
         # fit only: every step's figures for the end-of-fit charts (output.windows.write_step_series)
         self.series = StepSeries()
+        # fit only: the FLOPs of one training step (collect.flop_count), counted once; or the user's figure
+        self.flops: StepFlops | None = None
         # the sampled fetches' wall and CPU seconds (why a fetch is late when the loading runs in this thread)
         self._fetch_cpu_start = 0.0
         self.fetch_wall_s = 0.0

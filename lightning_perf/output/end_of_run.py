@@ -24,8 +24,8 @@ from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.sampling.machine_state import with_gpu_clocks
 from lightning_perf.collect.settings_fingerprint import collect_settings, train_dataloader
 from lightning_perf.collect.steps.step_clock import STEP_TIME_MS
+from lightning_perf.output import device_limit, trace_findings
 from lightning_perf.output import loggers as tensorboard
-from lightning_perf.output import trace_findings
 from lightning_perf.output.after_fit_probes import (
     diagnosed,
     handoff_plan,
@@ -101,6 +101,7 @@ def build_summary(
         if sampler.memory is not None:
             summary.memory = sampler.memory.series(sampler.interval_s)
     trace_findings.read_cycles(trainer, session.cuda_traces, summary)
+    device_limit.attach(trainer, session, summary)
     return summary
 
 

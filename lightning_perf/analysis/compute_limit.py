@@ -1,0 +1,123 @@
+"""How far a run is from its device's limit: the ``compute_limit`` part of ``perf_summary.json``.
+
+The FLOPs of one training step (counted once a fit by :mod:`lightning_perf.collect.flop_count`, or the user's
+``flops_per_batch``), the device's matmul peak (measured by :mod:`lightning_perf.probes.device_peak`, and the
+datasheet's from :mod:`lightning_perf.analysis.datasheet_peaks`), and what the run achieved against them (MFU).
+Read by the ``low_mfu`` rule and the end-of-fit answer. Pure: no torch, no Lightning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lightning_perf.analysis.numbers import finite
+
+# Modules kept in a summary, the most FLOPs first: the few that hold a step's arithmetic are what a reader needs.
+MAX_MODULES = 20
+
+
+@dataclass
+class ModuleFlops:
+    """One module's FLOPs in the counted step (its forward and backward; its submodules' included)."""
+
+    path: str  # the module's dotted name in the LightningModule's ``named_modules()``
+    flops: float
+    leaf: bool = True  # no submodule of it is listed: its FLOPs are its own operators'
+
+
+@dataclass
+class StepFlops:
+    """The FLOPs of one training step, as counted or given."""
+
+    flops: float
+    source: str = "counted"  # "counted" (FlopCounterMode over one step) or "user" (``flops_per_batch``)
+    # the training batch counted (0-based, across epochs); None for the user's figure
+    batch: int | None = None
+    # FLOPs per operator (e.g. "aten.mm") and how often each ran in the step
+    operators: dict[str, float] = field(default_factory=dict)
+    operator_calls: dict[str, int] = field(default_factory=dict)
+    modules: list[ModuleFlops] = field(default_factory=list)
+    # what the count could not see, in words (a compiled region, a step with no countable operator)
+    not_counted: list[str] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return sum(self.operator_calls.values())
+
+
+@dataclass
+class DevicePeak:
+    """The device's matmul peak for the run's dtype: measured here, and the datasheet's where known."""
+
+    device: str  # "cpu" or "cuda:0"
+    device_name: str  # the CPU model or the GPU's name
+    dtype: str  # "fp32", "tf32", "bf16", "fp16", "fp64"
+    measured_flops_per_s: float | None = None
+    measured_size: int | None = None  # the square matmul timed (n x n by n x n)
+    cached: bool = False  # read from the cache of an earlier measurement (per device and dtype)
+    measured_at: str | None = None
+    datasheet_flops_per_s: float | None = None
+    datasheet_device: str | None = None  # the datasheet's name for the device (e.g. "H100 SXM")
+    datasheet_source: str | None = None  # the datasheet's address
+
+
+@dataclass
+class ComputeLimit:
+    """The step's FLOPs, the achieved rate, and the model FLOPs utilization against each peak."""
+
+    step: StepFlops
+    peak: DevicePeak | None = None
+    step_time_ms: float | None = None  # the mean step time the rate is over
+    achieved_flops_per_s: float | None = None
+    mfu_pct: float | None = None  # against the measured peak
+    datasheet_mfu_pct: float | None = None
+    # seconds the end of fit spent on the peak (0 when cached)
+    peak_seconds: float = 0.0
+
+
+def compute_limit(step: StepFlops, peak: DevicePeak | None, step_time_ms: float | None) -> ComputeLimit:
+    """The achieved FLOP/s over the mean step, and its share of each peak known."""
+    result = ComputeLimit(step=step, peak=peak, step_time_ms=finite(step_time_ms))
+    if result.step_time_ms is None or result.step_time_ms <= 0 or step.flops <= 0:
+        return result
+    achieved = step.flops / (result.step_time_ms / 1e3)
+    result.achieved_flops_per_s = achieved
+    if peak is not None:
+        result.mfu_pct = _pct(achieved, peak.measured_flops_per_s)
+        result.datasheet_mfu_pct = _pct(achieved, peak.datasheet_flops_per_s)
+    return result
+
+
+def _pct(achieved: float, peak: float | None) -> float | None:
+    return achieved / peak * 100.0 if peak else None
+
+
+def flops_text(value: float) -> str:
+    """FLOPs (or FLOP/s without the "/s") in the unit that shows them: ``12.4 GFLOP``, ``180 MFLOP``."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} FLOP"
+
+
+def mfu_line(limit: ComputeLimit) -> str | None:
+    """The end-of-fit line: "12.4 GFLOP a step at 38 GFLOP/s: 21% of this CPU's measured 180 GFLOP/s fp32
+    matmul"; None without an achieved rate."""
+    step, peak, achieved = limit.step, limit.peak, limit.achieved_flops_per_s
+    if achieved is None:
+        return None
+    given = " (flops_per_batch)" if step.source == "user" else ""
+    line = f"{flops_text(step.flops)} a step{given} at {flops_text(achieved)}/s"
+    if peak is None or limit.mfu_pct is None:
+        return line + " (the device's peak was not measured)"
+    where = "this CPU" if peak.device == "cpu" else peak.device_name
+    line += (
+        f": {limit.mfu_pct:.0f}% of {where}'s measured {flops_text(peak.measured_flops_per_s or 0.0)}/s "
+        f"{peak.dtype} matmul"
+    )
+    if limit.datasheet_mfu_pct is not None and peak.datasheet_flops_per_s:
+        line += (
+            f", {limit.datasheet_mfu_pct:.0f}% of the {peak.datasheet_device} datasheet's "
+            f"{flops_text(peak.datasheet_flops_per_s)}/s"
+        )
+    return line
