@@ -15,6 +15,7 @@ PACKAGE = Path(lightning_perf.__file__).parent
 # stages below it.
 LAYERS = [
     "cli",
+    "tensorboard_plugin",
     "trial",
     "callback",
     "output",

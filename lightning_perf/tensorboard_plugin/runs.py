@@ -1,0 +1,172 @@
+"""The runs under TensorBoard's log dir and each run's Overview pane, from its ``perf_summary.json`` only (a few
+KiB): what the tab paints first, whatever the size of the run's traces."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from lightning_perf.analysis.rules.cross_rank import find_straggler, rows_from_stats
+from lightning_perf.analysis.rules.helpers import change_text
+from lightning_perf.analysis.rules.thresholds import VERDICTS
+from lightning_perf.analysis.run_discovery import find_runs
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary, SummaryError
+from lightning_perf.analysis.verdicts.comparison import CompareError
+from lightning_perf.traces.report.build import find_traces
+
+
+class UnknownRun(LookupError):
+    """A run or file name the tab did not list (a stale page, a hand-made URL)."""
+
+
+def has_runs(logdir: str) -> bool:
+    """Whether any run summary lies under ``logdir`` (the tab shows only then); stops at the first."""
+    return bool(logdir) and any(SUMMARY_FILENAME in files for _, _, files in os.walk(logdir))
+
+
+def run_dirs(logdir: str) -> dict[str, str]:
+    """Run name -> run dir for every run under ``logdir``, named as TensorBoard names its runs (the path
+    relative to the log dir, ``exp/version_0``), in ``lightning-perf compare``'s order."""
+    try:
+        found = find_runs([logdir])
+    except CompareError:  # no run (yet): an empty list, the tab says so
+        return {}
+    root = os.path.abspath(logdir)
+    named = {}
+    for _, directory in found:
+        relative = os.path.relpath(os.path.abspath(directory), root).replace(os.sep, "/")
+        named[os.path.basename(root) if relative == "." else relative] = directory
+    return named
+
+
+def run_dir(logdir: str, run: str) -> str:
+    directory = run_dirs(logdir).get(run)
+    if directory is None:
+        raise UnknownRun(f"no run {run!r} under the log dir")
+    return directory
+
+
+def verdict(summary: RunSummary) -> dict[str, str] | None:
+    """The input-bound verdict ("highly input-bound", ...) and its evidence; None when nothing was timed."""
+    found = next((f for f in summary.findings if f.id == "input_bound"), None)
+    if found is None:
+        return None
+    words = next((v for v in VERDICTS if v in found.title), found.title)
+    return {"verdict": words, "evidence": found.evidence}
+
+
+def run_list(logdir: str) -> list[dict[str, Any]]:
+    """One row a run for the picker: its name and headline figures, or why its summary cannot be read."""
+    rows = []
+    for name, directory in run_dirs(logdir).items():
+        try:
+            summary = RunSummary.load(directory)
+        except SummaryError as err:
+            rows.append({"name": name, "error": str(err)})
+            continue
+        step = summary.timing.step_time_ms
+        rows.append(
+            {
+                "name": name,
+                "status": summary.status,
+                "steps": summary.timing.steps,
+                "world_size": summary.world_size,
+                "step_time_ms_mean": step.mean if step else None,
+                "verdict": (verdict(summary) or {}).get("verdict"),
+                "traces": len(summary.traces),
+            }
+        )
+    return rows
+
+
+def overview(logdir: str, run: str) -> dict[str, Any]:
+    """The Overview pane: verdict, findings, the per-step series, utilization, probes, ranks and files."""
+    directory = run_dir(logdir, run)
+    summary = RunSummary.load(directory)
+    timing = summary.timing
+    return {
+        "name": run,
+        "run_dir": os.path.abspath(directory),
+        "status": summary.status,
+        "stage": summary.stage,
+        "world_size": summary.world_size,
+        "verdict": verdict(summary),
+        "findings": [
+            {**dataclasses.asdict(f), "change": change_text(f.settings_change).replace("`", "")}
+            for f in summary.findings
+        ],
+        "timing": {k: v for k, v in dataclasses.asdict(timing).items() if not k.endswith("_samples_ms")},
+        # per step in order (evenly thinned past MAX_SAMPLES): the step, its DataLoader wait, the rest computes
+        "series": {
+            "step_ms": timing.step_samples_ms,
+            "wait_ms": timing.wait_samples_ms,
+            "every": _stride(timing.steps, len(timing.step_samples_ms)),
+        },
+        "slowdowns": [dataclasses.asdict(s) for s in summary.slowdowns],
+        "utilization": dataclasses.asdict(summary.utilization),
+        "machine": dataclasses.asdict(summary.machine) if summary.machine else None,
+        "settings": dataclasses.asdict(summary.settings),
+        "num_workers_probe": summary.probes.get("num_workers"),
+        "ranks": ranks_table(summary),
+        "traces": traces(directory, summary),
+        "files": files(directory),
+    }
+
+
+def traces(directory: str, summary: RunSummary) -> list[dict[str, Any]]:
+    """The trace files in the run dir (by content, as ``lightning-perf report`` finds them), each with the
+    steps the summary says it recorded."""
+    steps = {os.path.basename(t.path): t.steps for t in summary.traces}
+    return [
+        {"file": f["file"], "bytes": f["bytes"], "steps": steps.get(f["file"], [])}
+        for f in files(directory)
+        if f["kind"] == "trace"
+    ]
+
+
+def _stride(steps: int, samples: int) -> int:
+    """How many steps one kept sample stands for (the summary thins evenly past its limit)."""
+    return max(1, -(-steps // samples)) if samples else 1
+
+
+def ranks_table(summary: RunSummary) -> dict[str, Any] | None:
+    """The callback's per-rank table of a distributed run with its straggler (the rank the others wait for,
+    found as the diagnosis finds it); None for one rank."""
+    if len(summary.ranks) < 2:
+        return None
+    found = find_straggler(rows_from_stats(summary.ranks))
+    return {
+        "rows": [dataclasses.asdict(r) for r in summary.ranks],
+        "straggler": dataclasses.asdict(found) if found else None,
+    }
+
+
+def files(directory: str) -> list[dict[str, Any]]:
+    """The run's files: the summary, diagnosis, traces (by content), TensorBoard events, exports."""
+    traces = {os.path.basename(p) for p in find_traces(directory)}
+    listed = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        if name in traces:
+            kind = "trace"
+        elif name.startswith("events.out.tfevents"):
+            kind = "TensorBoard events"
+        elif "speedscope" in name:
+            kind = "Speedscope"
+        elif name.endswith((".json", ".md", ".yaml", ".txt", ".html", ".gz", ".png")):
+            kind = "file"
+        else:
+            continue
+        listed.append({"file": name, "kind": kind, "bytes": os.path.getsize(path)})
+    return listed
+
+
+def run_file(logdir: str, run: str, name: str) -> str:
+    """The path of one of the run's listed files (a download): never a path outside the run dir."""
+    directory = run_dir(logdir, run)
+    if name not in {f["file"] for f in files(directory)}:
+        raise UnknownRun(f"no file {name!r} in run {run!r}")
+    return os.path.join(directory, name)
