@@ -75,6 +75,21 @@ class ComputeLimit:
     peak_seconds: float = 0.0
 
 
+def run_dtype(precision: str | None, float32_matmul_precision: str | None, cuda: bool) -> str | None:
+    """The dtype a run's matmuls run in, from Lightning's ``precision`` (None: one this cannot tell, e.g.
+    transformer-engine). fp32 on CUDA with ``float32_matmul_precision`` "high"/"medium" runs TF32."""
+    text = str(precision or "32-true")
+    if text.startswith("bf16"):
+        return "bf16"
+    if text.startswith("16") or text == "half":
+        return "fp16"
+    if text.startswith("64") or text == "double":
+        return "fp64"
+    if text.startswith("32") or text == "full":
+        return "tf32" if cuda and float32_matmul_precision in ("high", "medium") else "fp32"
+    return None
+
+
 def compute_limit(step: StepFlops, peak: DevicePeak | None, step_time_ms: float | None) -> ComputeLimit:
     """The achieved FLOP/s over the mean step, and its share of each peak known."""
     result = ComputeLimit(step=step, peak=peak, step_time_ms=finite(step_time_ms))

@@ -20,6 +20,7 @@ from lightning_perf.analysis.rules import compile as rules_compile
 from lightning_perf.analysis.rules import device as rules_device
 from lightning_perf.analysis.rules import inputs as rules_input
 from lightning_perf.analysis.rules import memory as rules_memory
+from lightning_perf.analysis.rules import mfu as rules_mfu
 from lightning_perf.analysis.rules import noise as rules_noise
 from lightning_perf.analysis.rules import pipeline as rules_pipeline
 from lightning_perf.analysis.rules import run as rules_run
@@ -40,6 +41,7 @@ RULES = (
     rules_device.cudnn_benchmark,
     rules_device.low_gpu_util,
     rules_device.mixed_precision,
+    rules_mfu.low_mfu,
     rules_run.validation_share,
     rules_run.checkpoint_share,
     rules_input.workers_exceed_cores,

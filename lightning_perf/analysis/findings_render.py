@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lightning_perf.analysis import markdown
+from lightning_perf.analysis.compute_limit import mfu_line
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import change_text
@@ -36,6 +37,8 @@ def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:
     figures = _key_figures(summary)
     if figures:
         lines += ["", figures]
+    compute = mfu_line(summary.compute_limit) if summary.compute_limit is not None else None
+    lines += ["", f"Compute: {compute}."] if compute else []
     lines.append("")
     # the "not input-bound" finding is the verdict line already; everything else goes in the table
     actionable = [f for f in findings if not (f.id == "input_bound" and f.severity == "info")]
@@ -139,6 +142,8 @@ def render_answer(findings: Sequence[Finding], summary: RunSummary, no_trace: st
         "lightning-perf: "
         + (f"{_verdict_text(verdict)} - {verdict.evidence}" if verdict else "no timing data")
     ]
+    compute = mfu_line(summary.compute_limit) if summary.compute_limit is not None else None
+    head += [f"lightning-perf: {compute}"] if compute else []
     if verdict is None or _verdict_text(verdict) != VERDICTS[0]:
         operators = operator_lines(summary)
         head += operators or ([f"lightning-perf: {no_trace}"] if no_trace else [])

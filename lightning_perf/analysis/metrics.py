@@ -220,6 +220,15 @@ RECOMPILES = _w(
     "compile", "recompiles", "count", "torch.compile: recompilations in the window (a guard failed)"
 )
 
+MFU = _w(
+    "compute",
+    "mfu_pct",
+    "%",
+    "model FLOPs utilization: a step's FLOPs (counted once a fit, or `flops_per_batch`) per second of the step, "
+    "as a share of the device's measured matmul peak in the run's dtype (`compute_limit` in perf_summary.json)",
+    when="end of fit: one point a step",
+)
+
 # the figures `lightning-perf compare` compares, once per run: also the HParams tab's metrics
 STEP_TIME_MEAN = _s(
     "step_time_mean_ms",
@@ -317,6 +326,7 @@ METRICS: tuple[Metric, ...] = (
     SLOWEST_RANK,
     COMPILE_TIME,
     RECOMPILES,
+    MFU,
     STEP_TIME_MEAN,
     STEP_TIME_MEDIAN,
     STEP_TIME_P90,

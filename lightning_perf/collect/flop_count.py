@@ -2,9 +2,9 @@
 
 The callback enters the mode at the start of one training batch and leaves it at that batch's end, so forward,
 backward and the optimizer are inside; every other batch pays one ``is None`` check in each hook. The counted
-batch is the third of the fit: the first steps set things up lazily (optimizer state, oneDNN/cuDNN choices),
-and the default profiling cycle starts later (``skip_first=5``), so the mode's Python dispatch does not show in
-a trace. FlopCounterMode counts matmuls, convolutions and attention by formula; elementwise operators, custom
+batch is the fit's first: it is start-up, not a timed step (the epoch's first fetch), and the default profiling
+cycle starts later (``skip_first=5``), so the mode's Python dispatch slows no figure and shows in no trace. A
+torch.compile'd model is not counted: under the mode its guards fail and it would recompile. FlopCounterMode counts matmuls, convolutions and attention by formula; elementwise operators, custom
 kernels without a formula and anything it never sees count 0 (``not_counted`` says so).
 """
 
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 log = console.logger(__name__)
 
-COUNTED_BATCH = 2  # 0-based: the fit's third training batch
+# 0-based: the fit's first training batch. It is no step of the figures anyway (the epoch's first fetch is
+# start-up, collect.steps.step_clock), so the mode's Python dispatch slows no timed step and no step is dropped.
+COUNTED_BATCH = 0
 _GLOBAL = "Global"  # FlopCounterMode's key for the whole step
 
 
@@ -33,6 +35,13 @@ def start(config: PerfConfig, session: PerfSession, module: torch.nn.Module) -> 
     """At the start of a fit: the counter of one step, or None when the user gave ``flops_per_batch``."""
     if config.flops_per_batch is not None:
         session.flops = StepFlops(config.flops_per_batch, source="user")
+        return None
+    if _compiled(module):
+        # under a dispatch mode dynamo guards fail and the model recompiles: not counted, and said so
+        log.info(
+            "lightning-perf: a torch.compile'd model's FLOPs are not counted (counting would recompile it); "
+            "pass `PerfCallback(flops_per_batch=...)` for its MFU."
+        )
         return None
     return FlopCount(module, session)
 
@@ -68,7 +77,6 @@ class FlopCount:
         if mode is None:
             return False
         mode.__exit__(None, None, None)
-        self._session.clock.drop_open()  # the mode's Python dispatch slowed this step: it is not timed
         try:
             self._session.flops = _figures(mode, self._calls, self._module, self._batch)
         except Exception as err:  # never fail the fit over a count
@@ -134,6 +142,6 @@ def _modules(mode: FlopCounterMode, counts: dict[str, dict[Any, int]], module: t
 
 
 def _compiled(module: torch.nn.Module) -> bool:
-    if getattr(module, "_compiled_call_impl", None) is not None:
+    if getattr(module, "_compiled_call_impl", None) is not None or getattr(module, "_compiler_ctx", None):
         return True
     return any(type(m).__name__ == "OptimizedModule" for m in module.modules())

@@ -13,6 +13,7 @@ from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.run_discovery import find_runs
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary, SummaryError
 from lightning_perf.analysis.verdicts.comparison import CompareError
+from lightning_perf.tensorboard_plugin.cache import cached, stamp
 from lightning_perf.traces.report.build import find_traces
 
 
@@ -47,6 +48,12 @@ def run_dir(logdir: str, run: str) -> str:
     return directory
 
 
+def load(directory: str) -> RunSummary:
+    """The run's summary, decoded once while its file is unchanged."""
+    path = os.path.join(directory, SUMMARY_FILENAME)
+    return cached.get(("summary", stamp(path)), lambda: RunSummary.load(path))
+
+
 def verdict(summary: RunSummary) -> dict[str, str] | None:
     """The input-bound verdict ("highly input-bound", ...) and its evidence; None when nothing was timed."""
     found = next((f for f in summary.findings if f.id == "input_bound"), None)
@@ -61,7 +68,7 @@ def run_list(logdir: str) -> list[dict[str, Any]]:
     rows = []
     for name, directory in run_dirs(logdir).items():
         try:
-            summary = RunSummary.load(directory)
+            summary = load(directory)
         except SummaryError as err:
             rows.append({"name": name, "error": str(err)})
             continue
@@ -83,7 +90,7 @@ def run_list(logdir: str) -> list[dict[str, Any]]:
 def overview(logdir: str, run: str) -> dict[str, Any]:
     """The Overview pane: verdict, findings, the per-step series, utilization, probes, ranks and files."""
     directory = run_dir(logdir, run)
-    summary = RunSummary.load(directory)
+    summary = load(directory)
     timing = summary.timing
     return {
         "name": run,

@@ -4,16 +4,23 @@ per module, and the user's own figure instead."""
 from __future__ import annotations
 
 import itertools
+import json
+import logging
+import statistics
 
 import lightning as L
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_perf import PerfCallback
+from lightning_perf.analysis import metrics
+from lightning_perf.analysis.compute_limit import flops_text
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.flop_count import COUNTED_BATCH
 from lightning_perf.errors import ConfigError
+from lightning_perf.probes import device_peak
 from tests.helpers import trainer
 
 
@@ -69,9 +76,8 @@ def test_the_flops_of_a_linear_stack_are_the_analytic_count(tmp_path):
     assert flops["net"] == pytest.approx(sum(per_layer), rel=0.01)
     assert {m.path for m in step.modules if m.leaf} == {"net.0", "net.2", "net.4"}
     assert step.operator_calls["aten.addmm"] == 3  # one forward matmul a layer
-    # the counted step is left out of the step times (the count's dispatch slowed it): 12 batches, the first
-    # timed apart as the epoch's start, one counted
-    assert summary.timing.steps == 10
+    # the counted batch is the epoch's first, timed apart as its start anyway: 12 batches, 11 steps, none lost
+    assert summary.timing.steps == 11
     # and the section round-trips through perf_summary.json
     assert RunSummary.load(summary.log_dir).compute_limit.step.flops == step.flops
 
@@ -116,3 +122,105 @@ def test_a_fit_that_fails_inside_the_counted_step_leaves_no_counter_behind(tmp_p
     assert callback.last_summary.compute_limit is None
     # no FlopCounterMode is left active: a matmul after the fit runs outside any dispatch mode
     assert not torch._C._len_torch_dispatch_stack()
+
+
+# -- the device's peak and the MFU ------------------------------------------------------------------------------
+
+
+class OneMatmul(L.LightningModule):
+    """One large bias-free Linear: a step is two big matmuls (forward, the weight's gradient) and little else."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.layer = torch.nn.Linear(width, width, bias=False)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def batches(width_in, width_out, batch_size, steps):
+    """Whole batches made up front (``batch_size=None``: no collate), so no fit here waits on its input."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(steps, batch_size, width_in, generator=generator)
+    y = torch.randn(steps, batch_size, width_out, generator=generator)
+    return DataLoader(TensorDataset(x, y), batch_size=None)
+
+
+@pytest.fixture
+def one_thread(tmp_path, monkeypatch):
+    """One intra-op thread, and a fresh peak cache: on a shared 2-core machine a matmul split over both cores
+    waits whenever another process holds one of them (each call then takes a scheduler quantum), which would
+    measure the machine's other work more than this run's; one thread gets its fair share of a core, in the
+    fit and in the peak alike."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def fit_logged(tmp_path, caplog, model, data):
+    callback = PerfCallback(probe_num_workers="never")
+    with caplog.at_level(logging.INFO, logger="lightning_perf"):
+        trainer(tmp_path, [callback]).fit(model, data)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("lightning_perf")]
+    return callback.last_summary, "\n".join(lines)
+
+
+def test_one_large_matmul_reaches_the_measured_peak_and_is_not_low_mfu(tmp_path, caplog, one_thread):
+    width, batch = 2048, 256
+    summary, text = fit_logged(tmp_path, caplog, OneMatmul(width), batches(width, width, batch, steps=16))
+    limit = summary.compute_limit
+    assert limit.step.flops == pytest.approx(2 * 2 * batch * width * width, rel=0.01)
+    peak = limit.peak
+    assert (peak.device, peak.dtype, peak.cached) == ("cpu", "fp32", False)
+    assert peak.measured_flops_per_s > 0 and peak.measured_size >= 512
+    assert peak.datasheet_flops_per_s is None  # no datasheet for a CPU
+    # the step is its matmuls: well over half the rate a bare matmul reached in this process
+    assert limit.mfu_pct >= 60, (limit, summary.machine)
+    assert "low_mfu" not in [f.id for f in summary.findings]
+    # the end of fit's one line, and the measurement it cost
+    assert (
+        f"a step at {flops_text(limit.achieved_flops_per_s)}/s: {limit.mfu_pct:.0f}% of this CPU's measured"
+        in text
+    )
+    assert 0 < limit.peak_seconds < 0.5
+    # the MFU of every step in TensorBoard, against the same peak
+    events = EventAccumulator(str(tmp_path / "lightning_logs" / "version_0"))
+    events.Reload()
+    points = events.Scalars(metrics.MFU.tag)
+    assert len(points) >= 10 and all(p.value > 0 for p in points)
+    assert statistics.median(p.value for p in points) == pytest.approx(limit.mfu_pct, rel=0.5)
+
+
+def test_a_tiny_mlp_is_low_mfu_from_launch_and_framework_overhead(tmp_path, caplog, one_thread):
+    # deep enough that a step (~3 ms) dwarfs the loop's fetch of a ready batch (~0.05 ms): not input-bound
+    widths = (8, *[32] * 15, 1)
+    summary, text = fit_logged(tmp_path, caplog, LinearStack(widths), batches(8, 1, 4, steps=64))
+    limit = summary.compute_limit
+    assert limit.mfu_pct < 10
+    (finding,) = [f for f in summary.findings if f.id == "low_mfu"]
+    assert finding.severity == "medium"
+    assert "Launch/framework overhead: the step's" in finding.evidence
+    # the modules holding the FLOPs, by their paths
+    assert "The FLOPs sit in net." in finding.evidence
+    assert "low_mfu" in text or finding.title in text
+
+
+def test_the_peak_is_measured_once_per_device_and_dtype(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    device_peak._MEMO.clear()
+    first = device_peak.peak(torch.device("cpu"), "fp64")
+    assert not first.cached and first.measured_flops_per_s > 0
+    cached = json.loads((tmp_path / "lightning-perf" / "peaks.json").read_text())
+    (entry,) = cached.values()
+    assert entry["measured_flops_per_s"] == first.measured_flops_per_s and entry["dtype"] == "fp64"
+    # in this process, then from the file in a new one
+    assert device_peak.peak(torch.device("cpu"), "fp64").cached
+    device_peak._MEMO.clear()
+    again = device_peak.peak(torch.device("cpu"), "fp64")
+    assert again.cached and again.measured_flops_per_s == first.measured_flops_per_s

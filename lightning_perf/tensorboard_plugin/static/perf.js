@@ -20,6 +20,11 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// replaceChildren that skips absent parts and flattens lists, as h() does
+function put(el, ...children) {
+  el.replaceChildren(...children.flat(2).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 const SVG = "http://www.w3.org/2000/svg";
 function s(tag, attrs = {}) {
   const el = document.createElementNS(SVG, tag);
@@ -49,11 +54,11 @@ async function getJSON(route, params) {
   return data;
 }
 
-// A table whose columns sort on a click (numbers high first, names A-Z first). columns: {key, label, num,
+// A table whose columns sort on a click (numbers high first, names A-Z first; sortKey/desc: the first order). columns: {key, label, num,
 // digits, cls, render(row)}; rowClass(row) marks a row.
-function table(columns, rows, { sortable = true, rowClass = null, sortKey = null } = {}) {
+function table(columns, rows, { sortable = true, rowClass = null, sortKey = null, desc = true } = {}) {
   const tbody = h("tbody");
-  const order = { key: sortKey, desc: true };
+  const order = { key: sortKey, desc };
   const heads = columns.map((c) =>
     h("th", { class: [c.num ? "num" : "", sortable ? "sortable" : ""].join(" ").trim(), "data-key": c.key }, c.label),
   );
@@ -105,7 +110,7 @@ function figure(label, value) {
 }
 
 function showError(pane, err) {
-  pane.replaceChildren(h("p", { class: "error" }, String(err.message || err)));
+  put(pane, h("p", { class: "error" }, String(err.message || err)));
 }
 
 // -- Overview ------------------------------------------------------------------------------------------
@@ -178,7 +183,7 @@ function ranksTable(ranks, straggler) {
       { key: "role", label: "", render: (r) => (straggler && r.rank === straggler.rank ? "straggler" : "") },
     ],
     ranks,
-    { rowClass: (r) => (straggler && r.rank === straggler.rank ? "standout" : null), sortKey: "rank" },
+    { rowClass: (r) => (straggler && r.rank === straggler.rank ? "standout" : null), sortKey: "rank", desc: false },
   );
 }
 
@@ -234,7 +239,7 @@ async function showOverview(pane) {
     ? h("div", { class: `verdict${d.verdict.verdict === "not input-bound" ? " not" : ""}` },
         "Verdict: ", h("b", {}, d.verdict.verdict), h("div", { class: "muted" }, d.verdict.evidence))
     : h("div", { class: "verdict" }, "Verdict: unknown (no DataLoader timing was measured)");
-  pane.replaceChildren(
+  put(pane, 
     h("h2", {}, `${d.name}`, h("span", { class: "muted" }, ` (${d.stage}, ${d.status}, world size ${d.world_size})`)),
     verdict,
     h("div", { class: "figures" },
@@ -325,10 +330,10 @@ function operatorTable(rows) {
 }
 
 async function showTrace(out, file) {
-  out.replaceChildren(h("p", { class: "muted" }, `Reading ${file} ...`));
+  put(out, h("p", { class: "muted" }, `Reading ${file} ...`));
   try {
     const t = await getJSON("trace", { run: state.run, file });
-    out.replaceChildren(
+    put(out, 
       h("h3", {}, `Step breakdown (${t.alignment} alignment)`),
       breakdown(t),
       h("h3", {}, "Findings of this trace"),
@@ -347,13 +352,13 @@ async function showTrace(out, file) {
 async function showTraces(pane) {
   const d = state.overview || (await getJSON("overview", { run: state.run }));
   if (!d.traces.length) {
-    pane.replaceChildren(h("p", { class: "muted" }, "This run recorded no trace (enable_profiler=False, or no profiled cycle)."));
+    put(pane, h("p", { class: "muted" }, "This run recorded no trace (enable_profiler=False, or no profiled cycle)."));
     return;
   }
   const out = h("div");
   const select = h("select", { id: "trace", onchange: () => showTrace(out, select.value) },
     d.traces.map((t) => h("option", { value: t.file }, `${t.file} (${bytes(t.bytes)}${t.steps.length ? `, steps ${t.steps.join(", ")}` : ""})`)));
-  pane.replaceChildren(
+  put(pane, 
     h("div", { class: "picker" }, h("label", {}, "trace ", select), fileLink(d.name, d.traces[0].file)),
     out,
   );
@@ -367,7 +372,7 @@ async function showRanks(pane) {
   const parts = [];
   if (d.ranks) parts.push(h("h3", {}, "Per rank, from the run's timing"), ranksTable(d.ranks.rows, d.ranks.straggler));
   if (d.traces.length) {
-    pane.replaceChildren(...parts, h("p", { class: "muted" }, `Reading ${d.traces.length} trace(s) ...`));
+    put(pane, ...parts, h("p", { class: "muted" }, `Reading ${d.traces.length} trace(s) ...`));
     const r = await getJSON("trace_ranks", { run: state.run });
     parts.push(h("h3", {}, "Per rank, from the traces"));
     if (r.ranks) {
@@ -386,7 +391,7 @@ async function showRanks(pane) {
             { key: "role", label: "", render: (row) => (row.rank === r.ranks.straggler ? "straggler" : (roles[row.rank] || "").replace("_", " ")) },
           ],
           r.ranks.rows,
-          { rowClass: (row) => (row.rank === r.ranks.straggler ? "standout" : null), sortKey: "rank" },
+          { rowClass: (row) => (row.rank === r.ranks.straggler ? "standout" : null), sortKey: "rank", desc: false },
         ),
         h("p", {}, r.ranks.straggler != null ? `Straggler: rank ${r.ranks.straggler}.` : "No straggler among the traced ranks."),
         findingsTable(r.ranks.findings.map((f) => ({ ...f, change: "" }))),
@@ -411,12 +416,12 @@ async function showRanks(pane) {
   } else if (!d.ranks) {
     parts.push(h("p", { class: "muted" }, "One rank and no trace: nothing to show per rank."));
   }
-  pane.replaceChildren(...parts);
+  put(pane, ...parts);
 }
 
 // -- Compare ---------------------------------------------------------------------------------------------
 async function runComparison(out, picked, baseline) {
-  out.replaceChildren(h("p", { class: "muted" }, "Comparing ..."));
+  put(out, h("p", { class: "muted" }, "Comparing ..."));
   try {
     const params = new URLSearchParams({ baseline });
     picked.forEach((name) => params.append("run", name));
@@ -425,7 +430,7 @@ async function runComparison(out, picked, baseline) {
     const diffRows = (diff) => Object.entries(diff).map(([key, values]) => ({ key, ...Object.fromEntries(values.map((v, i) => [i, v === null ? "-" : String(v)])) }));
     const diffTable = (diff) =>
       table([{ key: "key", label: "" }, ...header.map((label, i) => ({ key: String(i), label }))], diffRows(diff), { sortable: false });
-    out.replaceChildren(
+    put(out, 
       h("p", { class: "verdict", id: "compare-verdict" }, c.verdict),
       ...c.warnings.map((w) => h("p", { class: "muted" }, w)),
       h("h3", {}, "Metrics"),
@@ -447,14 +452,14 @@ async function runComparison(out, picked, baseline) {
 function showCompare(pane) {
   const usable = state.runs.filter((r) => !r.error);
   if (usable.length < 2) {
-    pane.replaceChildren(h("p", { class: "muted" }, "Comparing needs two runs or more under the log dir."));
+    put(pane, h("p", { class: "muted" }, "Comparing needs two runs or more under the log dir."));
     return;
   }
   const boxes = usable.map((r) => h("input", { type: "checkbox", value: r.name, checked: true }));
   const baseline = h("select", { id: "baseline" }, usable.map((r) => h("option", { value: r.name }, r.name)));
   const out = h("div");
   const go = () => runComparison(out, boxes.filter((b) => b.checked).map((b) => b.value), baseline.value);
-  pane.replaceChildren(
+  put(pane, 
     h("div", { class: "picker" },
       h("label", {}, "baseline ", baseline),
       boxes.map((b) => h("label", {}, b, ` ${b.value}`)),
@@ -476,13 +481,14 @@ async function openPane(name) {
   const key = name === "compare" ? "*" : state.run; // the comparison is of runs picked in its pane
   if (state.loaded[name] === key) return;
   state.loaded[name] = key;
-  pane.replaceChildren(h("p", { class: "muted" }, "Loading ..."));
+  put(pane, h("p", { class: "muted" }, "Loading ..."));
+  delete pane.dataset.ready;
   try {
     await PANES[name](pane);
   } catch (err) {
     showError(pane, err);
   }
-  pane.dataset.ready = "1";
+  if (state.loaded[name] === key) pane.dataset.ready = key; // what a test waits for: this pane, this run
 }
 
 async function main() {
@@ -495,7 +501,10 @@ async function main() {
       return;
     }
     select.replaceChildren(...state.runs.map((r) => h("option", { value: r.name }, r.error ? `${r.name} (unreadable)` : r.name)));
-    state.run = state.runs[0].name;
+    // a link can open a run: index.html?run=exp/version_0
+    const asked = new URLSearchParams(document.location.search).get("run");
+    state.run = state.runs.some((r) => r.name === asked) ? asked : state.runs[0].name;
+    select.value = state.run;
     select.addEventListener("change", () => {
       state.run = select.value;
       state.overview = null;
@@ -503,6 +512,8 @@ async function main() {
     });
     document.querySelectorAll("nav button").forEach((b) => b.addEventListener("click", () => openPane(b.dataset.pane)));
     await openPane("overview");
+    // ms from the page's navigation to its first Overview: what a person waits for (read by the tests)
+    document.body.dataset.firstPaintMs = String(Math.round(performance.now()));
   } catch (err) {
     showError(document.getElementById("overview"), err);
   }

@@ -1,0 +1,154 @@
+"""Diagnosis rule about how far the run is from its device's limit: ``low_mfu``.
+
+The model FLOPs utilization (``compute_limit``: a step's FLOPs per second of the mean step, against the matmul
+peak measured on this device in the run's dtype) says whether arithmetic fills the step; the cause is named from
+what was measured: the FLOPs per counted operator (how long each matmul would take at the peak, against the
+per-operator cost of PyTorch's eager dispatch and a kernel launch), the trace's operators that are not matmuls,
+and the dtype against the datasheet's faster ones. Silent for input-bound runs (input is the first fix) and
+without a measured peak. ``(summary, verdict) -> Finding | None`` like every rule.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lightning_perf.analysis.compute_limit import ComputeLimit, flops_text
+from lightning_perf.analysis.datasheet_peaks import lookup
+from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.rules.thresholds import VERDICTS
+from lightning_perf.analysis.summary import Finding, RunSummary
+
+# Below this share of the measured peak, arithmetic does not fill the step. Our choice: large matmuls alone reach
+# 80-95% of the peak measured the same way (benchmarks/README.md), and a real model's step also has elementwise
+# operators, the optimizer and the loop: under 40% more than half the step is something else.
+LOW_MFU_PCT = 40.0
+# Under 10% the step is mostly not arithmetic: a medium finding.
+VERY_LOW_MFU_PCT = 10.0
+# A matmul shorter than this at the peak is dominated by what every operator costs besides its arithmetic:
+# PyTorch's eager dispatch takes ~5-10 us an operator on a CPU, a CUDA kernel launch ~5 us (our choice: the
+# upper end, where the operator's own work is no longer the larger part).
+OVERHEAD_US = 10.0
+# A step's matmuls are "small" when their mean is this far below the size the peak was measured at (the FLOPs of
+# an n x n by n x n matmul at half the measured n are an eighth of it: far from where the peak is reached)
+SMALL_MATMUL_SHARE = 0.5
+# The trace's non-matmul operators take at least this share of a step: memory-bound work (elementwise,
+# normalization, copies) is a cause. Our choice: a third of the step, more than the matmuls' share at 40% MFU.
+MEMORY_BOUND_PCT = 33.0
+# Operators that do the arithmetic FlopCounterMode counts
+_MATMUL = re.compile(r"mm|matmul|linear|conv|attention|sdpa|einsum|gemm", re.IGNORECASE)
+# datasheet dtypes faster than fp32 on the same device, the usual switch first
+_FASTER = ("bf16", "tf32", "fp16")
+
+
+def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
+    limit = summary.compute_limit
+    mfu = finite(limit.mfu_pct) if limit is not None else None
+    if limit is None or mfu is None or verdict != VERDICTS[2] or mfu >= LOW_MFU_PCT:
+        return None
+    causes = _causes(limit, summary)
+    modules = _modules(limit)
+    evidence = (
+        f"MFU {mfu:.1f}%: {flops_text(limit.step.flops)} a step at {flops_text(limit.achieved_flops_per_s or 0)}"
+        f"/s against this device's measured {flops_text(limit.peak.measured_flops_per_s or 0)}/s "
+        f"{limit.peak.dtype} matmul, while not input-bound. "
+        + " ".join(f"{c[0].upper()}{c[1:]}." for c in causes)
+        + (f" The FLOPs sit in {modules}." if modules else "")
+    )
+    return Finding(
+        id="low_mfu",
+        severity="medium" if mfu < VERY_LOW_MFU_PCT else "low",
+        title=f"The step uses {mfu:.0f}% of the device's matmul peak",
+        evidence=evidence,
+        recommendation=_advice(causes),
+    )
+
+
+def _causes(limit: ComputeLimit, summary: RunSummary) -> list[str]:
+    """What limits the MFU, in measured words, the strongest first."""
+    causes: list[str] = []
+    step, peak = limit.step, limit.peak
+    calls = step.calls
+    step_ms = limit.step_time_ms or 0.0
+    if calls and peak.measured_flops_per_s:
+        per_call = step.flops / calls
+        at_peak_us = per_call / peak.measured_flops_per_s * 1e6
+        if at_peak_us < OVERHEAD_US:
+            causes.append(
+                f"launch/framework overhead: the step's {calls} counted operators average "
+                f"{flops_text(per_call)}, {at_peak_us:.2g} us each at the peak, against ~{OVERHEAD_US:.0f} us "
+                f"PyTorch spends on any operator (dispatch, Python, a kernel launch); all of the step's FLOPs "
+                f"take {step.flops / peak.measured_flops_per_s * 1e3:.2g} ms at the peak of its {step_ms:.2g} ms"
+            )
+        elif peak.measured_size and per_call < 2.0 * (SMALL_MATMUL_SHARE * peak.measured_size) ** 3:
+            side = (per_call / 2.0) ** (1 / 3)
+            causes.append(
+                f"small matmuls: the step's {calls} counted operators average {flops_text(per_call)}, the "
+                f"size of a {side:.0f}-square matmul, where the peak was measured at {peak.measured_size}-square"
+            )
+    memory = _memory_bound(summary)
+    if memory:
+        causes.append(memory)
+    precision = _precision(limit)
+    if precision:
+        causes.append(precision)
+    if not causes:
+        causes.append(
+            "the counted matmuls are large enough, so the rest of the step (optimizer, loss, data movement, "
+            "the loop) takes the time: the trace's operators show which"
+        )
+    return causes
+
+
+def _memory_bound(summary: RunSummary) -> str | None:
+    """The profiled step's non-matmul operators, when they take a third of it or more."""
+    figures = next((f for f in summary.trace_figures if f.top_operators and f.step_ms), None)
+    if figures is None:
+        return None
+    others = [op for op in figures.top_operators if not _MATMUL.search(op.name)]
+    share = sum(op.ms_per_step for op in others) / figures.step_ms * 100.0
+    if share < MEMORY_BOUND_PCT:
+        return None
+    names = ", ".join(op.name for op in others[:3])
+    return (
+        f"memory-bound operators: {names} and the other non-matmul operators of the profiled step take "
+        f"{share:.0f}% of it (self CPU time)"
+    )
+
+
+def _precision(limit: ComputeLimit) -> str | None:
+    peak = limit.peak
+    if peak.dtype != "fp32" or peak.device == "cpu" or not peak.datasheet_flops_per_s:
+        return None
+    for dtype in _FASTER:
+        faster = lookup(peak.device_name, dtype)
+        if faster is not None and faster[1] >= 2 * peak.datasheet_flops_per_s:
+            return (
+                f"precision: fp32 matmuls on a {peak.datasheet_device}, whose datasheet gives {dtype} "
+                f"{faster[1] / peak.datasheet_flops_per_s:.0f}x the fp32 rate"
+            )
+    return None
+
+
+def _modules(limit: ComputeLimit) -> str:
+    """The leaf modules holding most of the counted FLOPs, with their share."""
+    total = limit.step.flops
+    leaves = [m for m in limit.step.modules if m.leaf][:3]
+    return ", ".join(f"{m.path} ({m.flops / total * 100:.0f}%)" for m in leaves) if total else ""
+
+
+def _advice(causes: list[str]) -> str:
+    kinds = {cause.split(":", 1)[0] for cause in causes}
+    steps = []
+    if kinds & {"launch/framework overhead", "small matmuls"}:
+        steps.append("give each operator more work: a larger batch or wider layers")
+        steps.append("fuse operators: `torch.compile` (on a GPU also CUDA graphs)")
+    if "memory-bound operators" in kinds:
+        steps.append("fuse the elementwise and normalization operators (`torch.compile`)")
+    if "precision" in kinds:
+        steps.append(
+            '`Trainer(precision="bf16-mixed")` (or at least `torch.set_float32_matmul_precision("high")`)'
+        )
+    if not steps:
+        steps.append("look at the trace's top operators outside the matmuls (`lightning-perf report`)")
+    text = "; ".join(steps)
+    return text[0].upper() + text[1:] + "."
