@@ -21,7 +21,7 @@ from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.flop_count import COUNTED_BATCH
 from lightning_perf.errors import ConfigError
 from lightning_perf.probes import device_peak
-from tests.helpers import trainer
+from tests.helpers import FEATURES, loader, trainer
 
 
 class LinearStack(L.LightningModule):
@@ -224,3 +224,14 @@ def test_the_peak_is_measured_once_per_device_and_dtype(tmp_path, monkeypatch):
     device_peak._MEMO.clear()
     again = device_peak.peak(torch.device("cpu"), "fp64")
     assert again.cached and again.measured_flops_per_s == first.measured_flops_per_s
+
+
+def test_an_input_bound_fit_is_never_low_mfu(tmp_path, caplog, one_thread):
+    # the same kind of tiny MLP, fed by a loader that sleeps 2 ms a sample: input is the first fix
+    summary, _ = fit_logged(
+        tmp_path, caplog, LinearStack((FEATURES, 32, 1)), loader(n=96, batch_size=4, delay_s=0.002)
+    )
+    assert summary.compute_limit.mfu_pct < 10
+    (verdict,) = [f for f in summary.findings if f.id == "input_bound"]
+    assert "highly input-bound" in verdict.title
+    assert "low_mfu" not in [f.id for f in summary.findings]
