@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: lightning_perf, examples
 
 import torch  # noqa: E402
+from gpu_check_compute import COMPUTE_CHECKS  # noqa: E402
 from gpu_check_fits import FIT_CHECKS, NO_GPU, CheckResult, Context, result, skipped  # noqa: E402
 from gpu_check_state import STATE_CHECKS  # noqa: E402
 
@@ -186,6 +187,7 @@ CHECKS: list[Callable[[Context], CheckResult]] = [
     check_nvml_identity,
     check_sampler_truth,
     *FIT_CHECKS,
+    *COMPUTE_CHECKS,
     *STATE_CHECKS,
 ]
 

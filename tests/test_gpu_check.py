@@ -21,7 +21,7 @@ GPU_ONLY = (
     "GPU clocks and memory series",
     "case study on the GPU",
 )
-ON_CPU = ("end-to-end fit", "memory timeline", "trace cost and cap")
+ON_CPU = ("end-to-end fit", "memory timeline", "trace cost and cap", "MFU and measured peak")
 
 
 def test_dry_run_prints_and_writes_one_table_with_every_check(tmp_path):
