@@ -29,6 +29,10 @@ log = console.logger(__name__)
 # start-up, collect.steps.step_clock), so the mode's Python dispatch slows no timed step and no step is dropped.
 COUNTED_BATCH = 0
 _GLOBAL = "Global"  # FlopCounterMode's key for the whole step
+COMPILED = (
+    "a torch.compile'd model: not counted (under FlopCounterMode its guards fail and it would recompile); "
+    "flops_per_batch= gives its MFU"
+)
 
 
 def start(config: PerfConfig, session: PerfSession, module: torch.nn.Module) -> FlopCount | None:
@@ -42,6 +46,7 @@ def start(config: PerfConfig, session: PerfSession, module: torch.nn.Module) -> 
             "lightning-perf: a torch.compile'd model's FLOPs are not counted (counting would recompile it); "
             "pass `PerfCallback(flops_per_batch=...)` for its MFU."
         )
+        session.flops = StepFlops(0.0, batch=None, not_counted=[COMPILED])
         return None
     return FlopCount(module, session)
 
@@ -113,11 +118,6 @@ def _figures(mode: FlopCounterMode, calls: Counter[str], module: torch.nn.Module
     )
     if not step.flops:
         step.not_counted.append("no matmul, convolution or attention ran in the counted step")
-    if _compiled(module):
-        step.not_counted.append(
-            "torch.compile'd code: counted from the operators it runs eagerly under FlopCounterMode; custom "
-            "or fused kernels without a FLOP formula count 0"
-        )
     return step
 
 

@@ -18,7 +18,7 @@ from lightning_perf import PerfCallback
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.compute_limit import flops_text
 from lightning_perf.analysis.summary import RunSummary
-from lightning_perf.collect.flop_count import COUNTED_BATCH
+from lightning_perf.collect.flop_count import COMPILED, COUNTED_BATCH
 from lightning_perf.errors import ConfigError
 from lightning_perf.probes import device_peak
 from tests.helpers import FEATURES, loader, trainer
@@ -235,3 +235,12 @@ def test_an_input_bound_fit_is_never_low_mfu(tmp_path, caplog, one_thread):
     (verdict,) = [f for f in summary.findings if f.id == "input_bound"]
     assert "highly input-bound" in verdict.title
     assert "low_mfu" not in [f.id for f in summary.findings]
+
+
+def test_a_compiled_model_is_not_counted_and_says_so(tmp_path, caplog):
+    compiled = torch.compile(LinearStack(), backend="eager")
+    summary, text = fit_logged(tmp_path, caplog, compiled, stack_data((64, 128, 32), 4))
+    step = summary.compute_limit.step
+    assert (step.flops, step.not_counted) == (0.0, [COMPILED])
+    assert summary.compute_limit.mfu_pct is None and "a step at" not in text
+    assert "a torch.compile'd model's FLOPs are not counted" in text
