@@ -11,10 +11,11 @@ from typing import Any
 
 from lightning_perf.analysis.run_discovery import load_hparams, load_summary
 from lightning_perf.analysis.verdicts.comparison import CompareError, compare
-from lightning_perf.analysis.verdicts.comparison_render import _cells, to_json
+from lightning_perf.analysis.verdicts.comparison_render import _cells, load_comparison, to_json
 from lightning_perf.tensorboard_plugin.cache import cached, stamp
 from lightning_perf.tensorboard_plugin.runs import UnknownRun, load, run_dir, traces
 from lightning_perf.traces.report.build import analyse_trace, build_report
+from lightning_perf.trial.spec import COMPARISON_FILENAME
 
 # Operators and kernels a trace pane lists (sorted on the page): the report's 10 hides too much for a table one
 # can sort, every operator of a long trace is more than a page wants.
@@ -74,7 +75,30 @@ def compare_pane(logdir: str, names: Sequence[str], baseline: str) -> dict[str, 
     summaries = [load_summary(d) for d in directories]
     hparams = [load_hparams(d) for d in directories]
     comparison = compare(summaries, list(names), baseline=list(names).index(baseline), hparams=hparams)
+    return _with_cells(comparison)
+
+
+def _with_cells(comparison: Any) -> dict[str, Any]:
     return {
         **to_json(comparison),
         "cells": {row.key: _cells(comparison, row) for row in comparison.metrics},
     }
+
+
+def trials_pane(logdir: str) -> list[dict[str, Any]]:
+    """Every trial under the log dir (a ``comparison.json``: ``lightning-perf trial``'s, or one ``compare
+    --format json`` wrote): its folder, the comparison with its rounds, or why it cannot be read."""
+    found = []
+    root = os.path.abspath(logdir)
+    for directory, _, files in sorted(os.walk(root)):
+        if COMPARISON_FILENAME not in files:
+            continue
+        path = os.path.join(directory, COMPARISON_FILENAME)
+        name = os.path.relpath(directory, root).replace(os.sep, "/")
+        try:
+            comparison = cached.get(("trial", stamp(path)), lambda path=path: load_comparison(path))
+        except (CompareError, OSError) as err:
+            found.append({"name": name, "error": str(err)})
+            continue
+        found.append({"name": name, **_with_cells(comparison)})
+    return found

@@ -9,6 +9,7 @@ plain files from ``static/``, every script and style served from here, nothing f
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from werkzeug import Request, Response
 from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.tensorboard_plugin import panes, runs
+from lightning_perf.traces.exports import trace_to_speedscope
 
 PLUGIN_NAME = "lightning_perf"
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -56,7 +58,9 @@ class PerfPlugin(base_plugin.TBPlugin):
             "/compare": self._json(
                 lambda args: panes.compare_pane(self.logdir, args.getlist("run"), args["baseline"])
             ),
+            "/trials": self._json(lambda args: {"trials": panes.trials_pane(self.logdir)}),
             "/file": self._download,
+            "/speedscope": self._speedscope,
         }
 
     @Request.application
@@ -94,10 +98,29 @@ class PerfPlugin(base_plugin.TBPlugin):
         except (runs.UnknownRun, KeyError) as err:
             return Response(str(err), status=404, content_type="text/plain", headers=_HEADERS)
         with open(path, "rb") as fh:
-            body = fh.read()
-        disposition = f'attachment; filename="{os.path.basename(path)}"'
-        return Response(
-            body,
-            content_type="application/octet-stream",
-            headers=[*_HEADERS, ("Content-Disposition", disposition)],
-        )
+            return _attachment(fh.read(), os.path.basename(path))
+
+    @Request.application
+    def _speedscope(self, request: Request) -> Response:
+        """The trace as a Speedscope file (``lightning-perf report``'s export), made on the click."""
+        try:
+            path = runs.run_file(self.logdir, request.args["run"], request.args["file"])
+            with tempfile.TemporaryDirectory(prefix="lightning_perf_tab_") as scratch:
+                out = os.path.join(scratch, "trace.speedscope.json")
+                trace_to_speedscope(path, out)
+                with open(out, "rb") as fh:
+                    body = fh.read()
+        except (runs.UnknownRun, KeyError) as err:
+            return Response(str(err), status=404, content_type="text/plain", headers=_HEADERS)
+        except (LightningPerfError, OSError) as err:
+            return Response(str(err), status=422, content_type="text/plain", headers=_HEADERS)
+        name = os.path.basename(path).split(".json")[0] + ".speedscope.json"
+        return _attachment(body, name)
+
+
+def _attachment(body: bytes, name: str) -> Response:
+    return Response(
+        body,
+        content_type="application/octet-stream",
+        headers=[*_HEADERS, ("Content-Disposition", f'attachment; filename="{name}"')],
+    )

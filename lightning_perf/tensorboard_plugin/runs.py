@@ -111,6 +111,7 @@ def overview(logdir: str, run: str) -> dict[str, Any]:
             "every": _stride(timing.steps, len(timing.step_samples_ms)),
         },
         "slowdowns": [dataclasses.asdict(s) for s in summary.slowdowns],
+        "memory": dataclasses.asdict(summary.memory) if summary.memory else None,
         "utilization": dataclasses.asdict(summary.utilization),
         "machine": dataclasses.asdict(summary.machine) if summary.machine else None,
         "settings": dataclasses.asdict(summary.settings),

@@ -1,14 +1,19 @@
 """A log root of real runs for the Perf tab's tests, made once a session: two tiny fits over a sleeping
 DataLoader (num_workers 0, with the num_workers probe, and num_workers 2) and a two-process DDP fit whose
-rank 1 loads slower (the straggler), each with PerfCallback and one profiled cycle."""
+rank 1 loads slower (the straggler), each with PerfCallback and one profiled cycle; and the two fits' comparison
+saved as a trial saves it (``exp/comparison.json``)."""
 
 from __future__ import annotations
+
+import contextlib
+import io
 
 import pytest
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader
 
 from lightning_perf import PerfCallback
+from lightning_perf.cli import main as cli_main
 from tests.ddp_models import RankSlowedDataset
 from tests.helpers import TinyModel, loader, trainer
 from tests.tensorboard_server import TensorBoardServer
@@ -48,6 +53,11 @@ def perf_runs(tmp_path_factory):
     fit_workers(root, 0)
     fit_workers(root, 2)
     fit_ddp(root)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        runs = [str(root / "exp" / "workers0"), str(root / "exp" / "workers2")]
+        assert cli_main(["compare", *runs, "--format", "json", "--no-tensorboard"]) == 0
+    (root / "exp" / "comparison.json").write_text(printed.getvalue())
     return root
 
 

@@ -79,6 +79,7 @@ def test_the_perf_tab_in_headless_chromium(perf_runs, realtraces, browser_dir, t
     root = tmp_path / "logs"
     for run in ("workers0", "workers2", "ddp2"):
         shutil.copytree(perf_runs / "exp" / run, root / "exp" / run)
+    shutil.copy(perf_runs / "exp" / "comparison.json", root / "exp")  # a trial's saved comparison
     many = build_many_ranks(root / "exp" / "many16", realtraces, ranks=16, slow_rank=SLOW_RANK)
     shots = tmp_path / "screenshots"
     shots.mkdir()
@@ -153,6 +154,8 @@ def test_the_perf_tab_in_headless_chromium(perf_runs, realtraces, browser_dir, t
     compare = seen["panes"]["compare"]
     assert re.match(r"exp/workers2 is [\d.]+x faster than exp/workers0", compare["verdict"])
     assert ["num_workers", "0", "2"] in [row[:3] for t in compare["tables"] for row in t["rows"]]
+    saved = json.loads((root / "exp" / "comparison.json").read_text())
+    assert "exp: 1 round a run" in compare["text"] and saved["verdict"] in compare["text"]
 
     # 16 ranks: the table from the summary paints first, the traces' table names the stretched rank
     overview = seen["panes"]["many_overview"]

@@ -11,6 +11,7 @@ import urllib.request
 from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.cli import main as cli_main
+from lightning_perf.traces.exports import SPEEDSCOPE_SCHEMA
 
 ROUTE = "/data/plugin/lightning_perf"
 RUNS = ["exp/workers0", "exp/workers2", "exp/ddp2"]
@@ -87,6 +88,8 @@ def test_overview_has_the_findings_steps_probe_and_files(perf_server, perf_runs)
     assert kinds[trace["file"]] == "trace" and trace["steps"] == summary.traces[0].steps
     status, body = answer(perf_server, "/file", [("run", "exp/workers0"), ("file", trace["file"])])
     assert status == 200 and body == (perf_runs / "exp" / "workers0" / trace["file"]).read_bytes()
+    assert data["memory"]["steps"] == summary.memory.steps
+    assert data["memory"]["process_rss_mb"] == summary.memory.process_rss_mb
 
 
 def test_a_trace_pane_is_the_report_of_that_trace(perf_server, perf_runs, capsys):
@@ -98,6 +101,25 @@ def test_a_trace_pane_is_the_report_of_that_trace(perf_server, perf_runs, capsys
     top = len(section["top_cpu_operators"])
     assert top > 0 and data["top_cpu_operators"][:top] == section["top_cpu_operators"]
     assert {"name", "calls", "self_ms", "total_ms"} <= set(data["top_cpu_operators"][0])
+
+
+def test_a_trace_downloads_as_a_speedscope_file(perf_server):
+    (trace,) = pane(perf_server, "/overview", run="exp/workers2")["traces"]
+    status, body = answer(perf_server, "/speedscope", [("run", "exp/workers2"), ("file", trace["file"])])
+    assert status == 200
+    exported = json.loads(body)
+    assert exported["$schema"] == SPEEDSCOPE_SCHEMA
+    names = {frame["name"] for frame in exported["shared"]["frames"]}
+    assert any(name.startswith("ProfilerStep#") for name in names)
+
+
+def test_a_trial_shows_its_saved_comparison(perf_server, perf_runs):
+    (trial,) = pane(perf_server, "/trials")["trials"]
+    saved = json.loads((perf_runs / "exp" / "comparison.json").read_text())
+    assert trial["name"] == "exp"
+    assert trial["verdict"] == saved["verdict"] and trial["rounds"] == saved["rounds"] == 1
+    assert trial["run_names"] == ["workers0", "workers2"]
+    assert set(trial["cells"]) == {m["key"] for m in saved["metrics"]}
 
 
 def test_a_ddp_run_shows_its_ranks_and_the_straggler(perf_server, perf_runs):

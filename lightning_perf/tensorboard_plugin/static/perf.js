@@ -13,7 +13,7 @@ function h(tag, attrs = {}, ...children) {
     else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
     else el.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     el.append(child instanceof Node ? child : String(child));
   }
@@ -22,7 +22,7 @@ function h(tag, attrs = {}, ...children) {
 
 // replaceChildren that skips absent parts and flattens lists, as h() does
 function put(el, ...children) {
-  el.replaceChildren(...children.flat(2).filter((c) => c !== null && c !== undefined && c !== false));
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -105,6 +105,11 @@ function table(columns, rows, { sortable = true, rowClass = null, sortKey = null
   return h("table", {}, h("thead", {}, h("tr", {}, heads)), tbody);
 }
 
+// the findings' own Markdown code spans (`num_workers=4`) shown as code, the rest as text
+function prose(text) {
+  return String(text ?? "").split("`").map((part, i) => (i % 2 ? h("code", {}, part) : part));
+}
+
 function figure(label, value) {
   return h("div", { class: "figure" }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
 }
@@ -156,14 +161,51 @@ function stepChart(series, slowdowns) {
   );
 }
 
+// lines over the steps: [{values, color, label}] beside xs (a value null where it was not read)
+function lineChart(xs, lines, unit) {
+  const width = 900, height = 180, pad = 44;
+  const all = lines.flatMap((l) => l.values).filter((v) => v !== null && v !== undefined);
+  if (!xs.length || !all.length) return null;
+  const low = Math.min(...all) * 0.98, high = Math.max(...all) * 1.02 || 1;
+  const x = (step) => pad + ((width - pad - 8) * (step - xs[0])) / Math.max(1, xs[xs.length - 1] - xs[0]);
+  const y = (v) => height - 20 - ((height - 30) * (v - low)) / Math.max(high - low, 1e-9);
+  const svg = s("svg", { class: "chart", width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
+  for (const v of [low, (low + high) / 2, high]) {
+    const label = s("text", { x: 2, y: y(v) + 4, "font-size": 10, fill: "#757575" });
+    label.textContent = `${fmt(v, 0)} ${unit}`;
+    svg.append(label, s("line", { x1: pad, x2: width - 8, y1: y(v), y2: y(v), stroke: "#eeeeee" }));
+  }
+  for (const line of lines) {
+    const points = xs.map((step, i) => [step, line.values[i]]).filter(([, v]) => v !== null && v !== undefined);
+    svg.append(s("polyline", { points: points.map(([step, v]) => `${x(step)},${y(v)}`).join(" "), fill: "none", stroke: line.color, "stroke-width": 2 }));
+  }
+  const axis = s("text", { x: width / 2, y: height - 4, "font-size": 10, fill: "#757575", "text-anchor": "middle" });
+  axis.textContent = `training step ${xs[0]}-${xs[xs.length - 1]}`;
+  svg.append(axis);
+  return h("div", {}, svg, h("div", { class: "legend" },
+    lines.filter((l) => l.values.length).map((l) => h("span", {}, h("span", { class: "swatch", "data-color": l.color }), l.label))));
+}
+
+function colourSwatches(root) {
+  root.querySelectorAll(".swatch[data-color]").forEach((el) => { el.style.background = el.dataset.color; });
+}
+
+function memoryChart(memory) {
+  if (!memory || !memory.steps.length) return null;
+  const lines = [{ values: memory.process_rss_mb, color: "#7b1fa2", label: "process RSS (MB)" }];
+  if (memory.gpu_allocated_mb.length) lines.push({ values: memory.gpu_allocated_mb, color: "#00897b", label: "GPU allocated (MB)" });
+  const chart = lineChart(memory.steps, lines, "MB");
+  return chart ? [h("h3", {}, "Memory over the steps"), chart] : null;
+}
+
 function findingsTable(findings) {
   if (!findings.length) return h("p", { class: "muted" }, "No findings.");
   return table(
     [
       { key: "severity", label: "severity", render: (f) => h("span", { class: `sev-${f.severity}` }, f.severity) },
       { key: "title", label: "finding" },
-      { key: "evidence", label: "evidence" },
-      { key: "recommendation", label: "what to do" },
+      { key: "evidence", label: "evidence", render: (f) => h("span", {}, prose(f.evidence)) },
+      { key: "recommendation", label: "what to do", render: (f) => h("span", {}, prose(f.recommendation)) },
       { key: "change", label: "settings change", render: (f) => (f.change ? h("code", {}, f.change) : "-") },
     ],
     findings,
@@ -227,9 +269,15 @@ function utilization(data) {
   return table([{ key: "what", label: "" }, { key: "value", label: "" }], rows, { sortable: false });
 }
 
-function fileLink(run, file) {
-  const href = `file?${new URLSearchParams({ run, file })}`;
-  return h("a", { href, download: file }, file);
+function fileLink(run, file, route = "file", label = file) {
+  const href = `${route}?${new URLSearchParams({ run, file })}`;
+  return h("a", { href, download: "" }, label);
+}
+
+// a trace's downloads: the file itself (for Perfetto or chrome://tracing) and its Speedscope export
+function traceLinks(run, file) {
+  return h("span", { class: "links" }, "download: ", fileLink(run, file, "file", "trace"), " | ",
+    fileLink(run, file, "speedscope", "Speedscope export"));
 }
 
 async function showOverview(pane) {
@@ -265,6 +313,7 @@ async function showOverview(pane) {
           { sortable: false },
         )
       : null,
+    memoryChart(d.memory),
     h("h3", {}, "Utilization"),
     utilization(d),
     d.ranks ? [h("h3", {}, "Ranks"), ranksTable(d.ranks.rows, d.ranks.straggler),
@@ -282,6 +331,7 @@ async function showOverview(pane) {
       { sortable: false },
     ),
   );
+  colourSwatches(pane);
   state.overview = d;
 }
 
@@ -358,11 +408,8 @@ async function showTraces(pane) {
   const out = h("div");
   const select = h("select", { id: "trace", onchange: () => showTrace(out, select.value) },
     d.traces.map((t) => h("option", { value: t.file }, `${t.file} (${bytes(t.bytes)}${t.steps.length ? `, steps ${t.steps.join(", ")}` : ""})`)));
-  put(pane, 
-    h("div", { class: "picker" }, h("label", {}, "trace ", select), fileLink(d.name, d.traces[0].file)),
-    out,
-  );
-  select.addEventListener("change", () => pane.querySelector(".picker a").replaceWith(fileLink(d.name, select.value)));
+  put(pane, h("div", { class: "picker" }, h("label", {}, "trace ", select), traceLinks(d.name, d.traces[0].file)), out);
+  select.addEventListener("change", () => pane.querySelector(".picker .links").replaceWith(traceLinks(d.name, select.value)));
   await showTrace(out, select.value);
 }
 
@@ -420,54 +467,65 @@ async function showRanks(pane) {
 }
 
 // -- Compare ---------------------------------------------------------------------------------------------
+// a comparison as compare's JSON has it: the verdict, each metric's cells as its text table prints them, what differs
+function comparisonView(c, verdictId) {
+  const header = c.run_names.map((n) => (n === c.baseline ? `${n} (baseline)` : n));
+  const columns = [{ key: "key", label: "" }, ...header.map((label, i) => ({ key: String(i), label }))];
+  const diffTable = (diff) =>
+    table(columns, Object.entries(diff).map(([key, values]) => ({ key, ...Object.fromEntries(values.map((v, i) => [i, v === null ? "-" : String(v)])) })), { sortable: false });
+  const metrics = c.metrics.map((m) => ({ key: `${m.label} (${m.unit})`, ...Object.fromEntries((c.cells[m.key] || []).map((v, i) => [i, v])) }));
+  return [
+    h("p", { class: "verdict", id: verdictId }, c.verdict),
+    c.warnings.map((w) => h("p", { class: "muted" }, w)),
+    table(columns, metrics, { sortable: false }),
+    Object.keys(c.settings_diff).length ? [h("h3", {}, "Settings that differ"), diffTable(c.settings_diff)] : h("p", { class: "muted" }, "No settings differ between the runs."),
+    Object.keys(c.hparams_diff).length ? [h("h3", {}, "Hyperparameters that differ"), diffTable(c.hparams_diff)] : null,
+    Object.keys(c.environment_diff).length ? [h("h3", {}, "Environment that differs"), diffTable(c.environment_diff)] : null,
+    c.method ? h("p", { class: "muted" }, `method: ${c.method}`) : null,
+  ];
+}
+
 async function runComparison(out, picked, baseline) {
   put(out, h("p", { class: "muted" }, "Comparing ..."));
   try {
     const params = new URLSearchParams({ baseline });
     picked.forEach((name) => params.append("run", name));
-    const c = await getJSON("compare", params);
-    const header = c.run_names.map((n) => (n === c.baseline ? `${n} (baseline)` : n));
-    const diffRows = (diff) => Object.entries(diff).map(([key, values]) => ({ key, ...Object.fromEntries(values.map((v, i) => [i, v === null ? "-" : String(v)])) }));
-    const diffTable = (diff) =>
-      table([{ key: "key", label: "" }, ...header.map((label, i) => ({ key: String(i), label }))], diffRows(diff), { sortable: false });
-    put(out, 
-      h("p", { class: "verdict", id: "compare-verdict" }, c.verdict),
-      ...c.warnings.map((w) => h("p", { class: "muted" }, w)),
-      h("h3", {}, "Metrics"),
-      table(
-        [{ key: "label", label: "metric" }, ...header.map((label, i) => ({ key: String(i), label }))],
-        c.metrics.map((m) => ({ label: `${m.label} (${m.unit})`, ...Object.fromEntries((c.cells[m.key] || []).map((v, i) => [i, v])) })),
-        { sortable: false },
-      ),
-      Object.keys(c.settings_diff).length ? [h("h3", {}, "Settings that differ"), diffTable(c.settings_diff)] : h("p", { class: "muted" }, "No settings differ between the runs."),
-      Object.keys(c.hparams_diff).length ? [h("h3", {}, "Hyperparameters that differ"), diffTable(c.hparams_diff)] : null,
-      Object.keys(c.environment_diff).length ? [h("h3", {}, "Environment that differs"), diffTable(c.environment_diff)] : null,
-      c.method ? h("p", { class: "muted" }, `method: ${c.method}`) : null,
-    );
+    put(out, comparisonView(await getJSON("compare", params), "compare-verdict"));
   } catch (err) {
     showError(out, err);
   }
 }
 
-function showCompare(pane) {
+// the trials under the log dir (lightning-perf trial's comparison.json): their rounds, as the trial decided
+async function showTrials(out) {
+  const { trials } = await getJSON("trials");
+  put(out, trials.length ? h("h2", {}, "Trials") : null, trials.map((t) => [
+    h("h3", { class: "trial" }, t.error ? t.name : `${t.name}: ${t.rounds} round${t.rounds === 1 ? "" : "s"} a run`),
+    t.error ? h("p", { class: "error" }, t.error) : comparisonView(t, null),
+  ]));
+}
+
+async function showCompare(pane) {
   const usable = state.runs.filter((r) => !r.error);
+  const trials = h("div", { id: "trials" });
   if (usable.length < 2) {
-    put(pane, h("p", { class: "muted" }, "Comparing needs two runs or more under the log dir."));
-    return;
+    put(pane, h("p", { class: "muted" }, "Comparing needs two runs or more under the log dir."), trials);
+    return showTrials(trials);
   }
   const boxes = usable.map((r) => h("input", { type: "checkbox", value: r.name, checked: true }));
   const baseline = h("select", { id: "baseline" }, usable.map((r) => h("option", { value: r.name }, r.name)));
   const out = h("div");
   const go = () => runComparison(out, boxes.filter((b) => b.checked).map((b) => b.value), baseline.value);
-  put(pane, 
+  put(pane,
     h("div", { class: "picker" },
       h("label", {}, "baseline ", baseline),
       boxes.map((b) => h("label", {}, b, ` ${b.value}`)),
       h("button", { onclick: go }, "Compare"),
     ),
     out,
+    trials,
   );
-  return go();
+  await Promise.all([go(), showTrials(trials)]);
 }
 
 // -- panes and runs ---------------------------------------------------------------------------------------
