@@ -115,6 +115,11 @@ def flops_text(value: float) -> str:
     return f"{value:.0f} FLOP"
 
 
+def pct_text(value: float) -> str:
+    """A share in percent, with the digits that show it: ``38``, ``4.2``, ``0.05``."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def mfu_line(limit: ComputeLimit) -> str | None:
     """The end-of-fit line: "12.4 GFLOP a step at 38 GFLOP/s: 21% of this CPU's measured 180 GFLOP/s fp32
     matmul"; None without an achieved rate."""
@@ -127,12 +132,12 @@ def mfu_line(limit: ComputeLimit) -> str | None:
         return line + " (the device's peak was not measured)"
     where = "this CPU" if peak.device == "cpu" else peak.device_name
     line += (
-        f": {limit.mfu_pct:.0f}% of {where}'s measured {flops_text(peak.measured_flops_per_s or 0.0)}/s "
+        f": {pct_text(limit.mfu_pct)}% of {where}'s measured {flops_text(peak.measured_flops_per_s or 0.0)}/s "
         f"{peak.dtype} matmul"
     )
     if limit.datasheet_mfu_pct is not None and peak.datasheet_flops_per_s:
         line += (
-            f", {limit.datasheet_mfu_pct:.0f}% of the {peak.datasheet_device} datasheet's "
+            f", {pct_text(limit.datasheet_mfu_pct)}% of the {peak.datasheet_device} datasheet's "
             f"{flops_text(peak.datasheet_flops_per_s)}/s"
         )
     return line

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from lightning_perf.analysis.compute_limit import ComputeLimit, flops_text
+from lightning_perf.analysis.compute_limit import ComputeLimit, flops_text, pct_text
 from lightning_perf.analysis.datasheet_peaks import lookup
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.rules.thresholds import VERDICTS
@@ -48,7 +48,7 @@ def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
     causes = _causes(limit, summary)
     modules = _modules(limit)
     evidence = (
-        f"MFU {mfu:.1f}%: {flops_text(limit.step.flops)} a step at {flops_text(limit.achieved_flops_per_s or 0)}"
+        f"MFU {pct_text(mfu)}%: {flops_text(limit.step.flops)} a step at {flops_text(limit.achieved_flops_per_s or 0)}"
         f"/s against this device's measured {flops_text(limit.peak.measured_flops_per_s or 0)}/s "
         f"{limit.peak.dtype} matmul, while not input-bound. "
         + " ".join(f"{c[0].upper()}{c[1:]}." for c in causes)
@@ -57,7 +57,7 @@ def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
     return Finding(
         id="low_mfu",
         severity="medium" if mfu < VERY_LOW_MFU_PCT else "low",
-        title=f"The step uses {mfu:.0f}% of the device's matmul peak",
+        title=f"The step uses {pct_text(mfu)}% of the device's matmul peak",
         evidence=evidence,
         recommendation=_advice(causes),
     )
