@@ -19,6 +19,7 @@ from lightning_perf.collect.rank_exchange import RankReducer
 from lightning_perf.collect.run_state import PerfSession, first_tensor, open_session
 from lightning_perf.collect.sampling import sampler_start
 from lightning_perf.collect.steps import fetch_timing as fetcher_hooks
+from lightning_perf.collect.steps import hook_profiler
 from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers, windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
@@ -204,6 +205,7 @@ class PerfCallback(*namespaces.callback_bases()):
         self._started_at = run_end.now()
         self._fit_started = perf_counter()
         self._fit = self._new_session(trainer, "fit", "fit_loop")
+        hook_profiler.install(trainer, self, self._fit)  # the step's anatomy, the code named in traces
         if self._reducer is not None:
             self._reducer.check_batch_counts(trainer.num_training_batches)  # collective, on every rank
         loggers.write_custom_scalars_layout(trainer)
@@ -280,7 +282,10 @@ class PerfCallback(*namespaces.callback_bases()):
     def _flush_window(self, trainer: Trainer, session: PerfSession, collective: bool) -> None:
         sampled = self._sampler.take_window() if self._sampler is not None else {}
         reducer = self._reducer if collective else None
-        self._window_batches = windows.flush(trainer, session, sampled, reducer, self._log_every, self.config)
+        with hook_profiler.paused(session.hooks):  # left out of the step, so of the loggers' part too
+            self._window_batches = windows.flush(
+                trainer, session, sampled, reducer, self._log_every, self.config
+            )
 
     def _start_sampler(self, trainer: Trainer) -> None:
         self._stop_sampler()  # never two sampler threads, whatever called this twice
@@ -356,6 +361,8 @@ class PerfCallback(*namespaces.callback_bases()):
         for session in (self._fit, self._eval):
             if session is not None and session.window is not None:
                 session.window.close()
+            if session is not None:
+                hook_profiler.uninstall(trainer, session.hooks)
         self._stop_sampler()
         for loop_name in ("fit_loop", *_EVAL_STAGES.values()):
             fetcher_hooks.uninstrument(fetcher_hooks.loop_fetcher(getattr(trainer, loop_name)))
@@ -375,6 +382,7 @@ class PerfCallback(*namespaces.callback_bases()):
         ended = perf_counter()
         fetcher_hooks.uninstrument(fetcher)
         session.clock.interrupt(ended)
+        hook_profiler.uninstall(trainer, session.hooks)  # the user's own profiler and loggers as they were
         if session.window is not None:
             session.window.close()
         fit = session.stage == "fit"

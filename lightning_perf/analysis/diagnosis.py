@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from lightning_perf.analysis.compute import step_rules
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.rules import compile as rules_compile
@@ -51,6 +52,9 @@ RULES = (
     rules_memory.memory_growth,
     rules_compile.recompilation,
     rules_compile.graph_breaks,
+    step_rules.lightning_overhead,
+    step_rules.optimizer_share,
+    step_rules.module_hotspot,
 )
 
 __all__ = ["RULES", "SETTING_TARGETS", "diagnose", "input_bound_verdict"]

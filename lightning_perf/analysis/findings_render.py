@@ -18,6 +18,12 @@ from rich.console import Console
 from rich.table import Table
 
 from lightning_perf.analysis import markdown
+from lightning_perf.analysis.compute.anatomy_text import (
+    anatomy_lines,
+    anatomy_markdown,
+    module_lines,
+    module_markdown,
+)
 from lightning_perf.analysis.compute_limit import mfu_line
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
@@ -145,6 +151,8 @@ def render_answer(findings: Sequence[Finding], summary: RunSummary, no_trace: st
     compute = mfu_line(summary.compute_limit) if summary.compute_limit is not None else None
     head += [f"lightning-perf: {compute}"] if compute else []
     if verdict is None or _verdict_text(verdict) != VERDICTS[0]:
+        # the user's code first, the machine's operators after
+        head += anatomy_lines(summary.anatomy) + module_lines(summary.trace_figures)
         operators = operator_lines(summary)
         head += operators or ([f"lightning-perf: {no_trace}"] if no_trace else [])
     text = render_console(findings, head="\n".join(head))
@@ -191,7 +199,8 @@ def no_finding_reason(summary: RunSummary) -> str:
 def answer_markdown(findings: Sequence[Finding], summary: RunSummary, no_trace: str | None = None) -> str:
     """:func:`render_markdown`, with the recorded cycle's top operators (or why there is no trace): the text
     of ``perf_diagnosis.md`` and of TensorBoard's Text tab."""
-    text = render_markdown(findings, summary)
+    text = render_markdown(findings, summary) + anatomy_markdown(summary.anatomy)
+    text += module_markdown(summary.trace_figures)
     figures = next((f for f in summary.trace_figures if f.top_operators), None)
     if figures is None:
         return text + (f"\n{no_trace[0].upper()}{no_trace[1:]}.\n" if no_trace else "")

@@ -219,6 +219,24 @@ COMPILE_TIME = _w(
 RECOMPILES = _w(
     "compile", "recompiles", "count", "torch.compile: recompilations in the window (a guard failed)"
 )
+# the step's anatomy (analysis.compute.anatomy), each part's mean ms a step in the window (the wait: perf_data)
+ANATOMY_MEANINGS = {
+    "transfer": "the batch's way to the device: `batch_to_device` and the batch-transfer hooks",
+    "forward": "`training_step` (the strategy's, with the module's `self.log` calls)",
+    "zero_grad": "`optimizer_zero_grad`",
+    "backward": "the backward pass (`strategy.backward`, less the backward hooks inside it)",
+    "optimizer": "`optimizer_step` less the closure's forward and backward: optimizer, clipping, LR scheduler",
+    "module_hooks": "the LightningModule's and DataModule's own hooks of the step (`on_train_batch_end`, ...)",
+    "callbacks": "the Trainer's callbacks' hooks of the step, the progress bar and lightning-perf apart",
+    "progress_bar": "the progress bar's hooks",
+    "loggers": "the loggers' `log_metrics` and `save` (lightning-perf's own window excluded)",
+    "lightning_perf": "lightning-perf's own hooks (its windows' logging excluded, as from the step time)",
+    "loop": "what the hooks leave of the step: Lightning's loop, the logger connector, the fetcher's glue",
+}
+ANATOMY = tuple(
+    _w("anatomy", f"{part}_ms", "ms", meaning, chart="step anatomy (ms a step)")
+    for part, meaning in ANATOMY_MEANINGS.items()
+)
 
 MFU = _w(
     "compute",
@@ -326,6 +344,7 @@ METRICS: tuple[Metric, ...] = (
     SLOWEST_RANK,
     COMPILE_TIME,
     RECOMPILES,
+    *ANATOMY,
     MFU,
     STEP_TIME_MEAN,
     STEP_TIME_MEDIAN,

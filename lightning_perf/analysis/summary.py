@@ -18,6 +18,7 @@ from typing import Any
 
 from lightning_perf.analysis.changepoint import Slowdown
 from lightning_perf.analysis.compile_summary import CompileSummary
+from lightning_perf.analysis.compute.anatomy import StepAnatomy
 from lightning_perf.analysis.compute_limit import ComputeLimit
 from lightning_perf.analysis.memory_series import MemorySeries
 from lightning_perf.analysis.summary_decode import FieldError, build
@@ -34,7 +35,7 @@ MAX_SUMMARY_BYTES = 16 << 20
 # The deepest a summary nests is ~5 (probes.num_workers.candidates[i].error); 32 leaves room for free-form probes.
 MAX_SUMMARY_DEPTH = 32
 # The parts holding measured figures: none of their numbers can be negative, infinite or NaN.
-_MEASURED_SECTIONS = ("timing", "utilization", "ranks", "memory", "compile", "compute_limit")
+_MEASURED_SECTIONS = ("timing", "utilization", "ranks", "memory", "compile", "compute_limit", "anatomy")
 
 
 class SummaryError(LightningPerfError, ValueError):
@@ -334,6 +335,8 @@ class RunSummary:
     slowdowns: list[Slowdown] = field(default_factory=list)
     # a step's FLOPs, the device's peak and the MFU (analysis.compute_limit); None when no FLOPs were known
     compute_limit: ComputeLimit | None = None
+    # the mean training step in parts: forward, backward, callbacks, ... (analysis.compute.anatomy)
+    anatomy: StepAnatomy | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

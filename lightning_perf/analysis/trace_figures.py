@@ -41,6 +41,32 @@ class TopOperator:
 
 
 @dataclass
+class ModuleTime:
+    """One module of the model in a profiled cycle, a step's milliseconds: its forward (``nn.Module: <path>``
+    spans) and the backward of the autograd nodes its forward created (linked by sequence number), on the host
+    and, by the kernels they launched, on the GPU. ``*_self_ms`` leaves its submodules out."""
+
+    path: str
+    calls: int = 0
+    forward_ms: float = 0.0
+    forward_self_ms: float = 0.0
+    backward_ms: float = 0.0
+    backward_self_ms: float = 0.0
+    gpu_forward_ms: float = 0.0
+    gpu_backward_ms: float = 0.0
+    # the operators called directly in its forward, by their time a step, the costliest first
+    top_operators: list[TopOperator] = field(default_factory=list)
+
+    @property
+    def self_ms(self) -> float:
+        return self.forward_self_ms + self.backward_self_ms
+
+    @property
+    def total_ms(self) -> float:
+        return self.forward_ms + self.backward_ms
+
+
+@dataclass
 class TraceFigures:
     source: str = ""
     rank: int | None = None
@@ -105,6 +131,8 @@ class TraceFigures:
     # the end of fit's answer (output.trace_findings): the operators by self CPU time, the kernels by time
     top_operators: list[TopOperator] = field(default_factory=list)
     top_kernels: list[TopOperator] = field(default_factory=list)
+    # the model's modules, the costliest (self time, forward and backward) first (traces.figures.modules)
+    modules: list[ModuleTime] = field(default_factory=list)
 
     def pct_of_step(self, ms_per_step: float | None) -> float | None:
         if ms_per_step is None or not self.step_ms:

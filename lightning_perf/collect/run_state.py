@@ -25,6 +25,7 @@ from lightning_perf.collect.profiling import trace_ranks as trace_policy
 from lightning_perf.collect.profiling.profiler_window import ProfilerWindow
 from lightning_perf.collect.sampling.machine_state import MachineWatch
 from lightning_perf.collect.steps import fetch_timing
+from lightning_perf.collect.steps.hook_profiler import HookProfiler
 from lightning_perf.collect.steps.long_run import LongRunWatch
 from lightning_perf.collect.steps.step_clock import StepClock
 from lightning_perf.collect.steps.step_series import StepSeries
@@ -116,6 +117,8 @@ class PerfSession:
         self.series = StepSeries()
         # fit only: the FLOPs of one training step (collect.flop_count), counted once; or the user's figure
         self.flops: StepFlops | None = None
+        # fit only: every hook's time, for the step's anatomy (collect.steps.hook_profiler)
+        self.hooks: HookProfiler | None = None
         # the sampled fetches' wall and CPU seconds (why a fetch is late when the loading runs in this thread)
         self._fetch_cpu_start = 0.0
         self.fetch_wall_s = 0.0
@@ -134,6 +137,9 @@ class PerfSession:
         """The batch boundary at ``t``. True when it did work beyond bookkeeping (a GPU mark, profiler stepping):
         the caller then starts the step's clock after it."""
         self._boundary = t
+        hooks = self.hooks
+        if hooks is not None:
+            hooks.next_batch()
         marked = self.clock.gpu is not None
         if marked:
             self.clock.gpu_boundary()

@@ -23,6 +23,7 @@ from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.sampling.machine_state import with_gpu_clocks
 from lightning_perf.collect.settings_fingerprint import collect_settings, train_dataloader
+from lightning_perf.collect.steps import hook_profiler
 from lightning_perf.collect.steps.step_clock import STEP_TIME_MS
 from lightning_perf.output import device_limit, trace_findings
 from lightning_perf.output import loggers as tensorboard
@@ -100,6 +101,13 @@ def build_summary(
         summary.machine = with_gpu_clocks(summary.machine, sampler)
         if sampler.memory is not None:
             summary.memory = sampler.memory.series(sampler.interval_s)
+    if session.hooks is not None:
+        timing = summary.timing
+        summary.anatomy = hook_profiler.run_anatomy(
+            session.hooks,
+            timing.step_time_ms.mean if timing.step_time_ms else None,
+            timing.data_wait_ms.mean if timing.data_wait_ms else None,
+        )
     trace_findings.read_cycles(trainer, session.cuda_traces, summary)
     device_limit.attach(trainer, session, summary)
     return summary

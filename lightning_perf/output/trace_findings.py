@@ -65,6 +65,7 @@ def read_cycles(trainer: Any, cycles: list[tuple[str, int]], summary: RunSummary
 def with_top_operators(figures: TraceFigures, spans: Any) -> None:
     """The trace's host operators by self CPU time and GPU kernels by time, per profiled step, into ``figures``."""
     from lightning_perf.traces.figures.analysis import cpu_operator_stats, kernel_stats
+    from lightning_perf.traces.figures.modules import module_times
 
     steps = max(figures.steps, 1)
 
@@ -73,6 +74,7 @@ def with_top_operators(figures: TraceFigures, spans: Any) -> None:
 
     figures.top_operators = top(cpu_operator_stats(spans))
     figures.top_kernels = top(kernel_stats(spans))
+    figures.modules = module_times(spans, steps)
 
 
 def with_trace_findings(summary: RunSummary) -> list[Finding]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_perf import console
 from lightning_perf.analysis.metrics import EVENTS_TEXT
 from lightning_perf.collect.rank_exchange import WINDOW, RankReducer, reduce_window
+from lightning_perf.collect.steps import hook_profiler
 from lightning_perf.collect.steps.step_clock import (
     BATCHES_PER_SEC,
     COMPUTE_MS,
@@ -49,6 +50,10 @@ def flush(
     """
     session.series.add_window(*session.clock.window_samples(), trainer.global_step)
     metrics = session.clock.take_window()
+    if session.hooks is not None:
+        metrics.update(
+            hook_profiler.window_anatomy(session.hooks, metrics.get(STEP_TIME_MS), metrics.get(DATA_WAIT_MS))
+        )
     metrics.update(sampled)
     if session.compiles is not None:
         metrics.update(session.compiles.take_window())

@@ -104,6 +104,8 @@ class ProfilerWindow:
         self._no_more_cycles = False
         self._base_schedule: ProfileSchedule | None = None  # the user's, while an extra cycle runs
         self.label = ""  # "slowdown", "capture": the extra cycle's trace is named <worker>_<label>.<ns>
+        # True when a profiler starts, False when it stops (module_spans.recording_switch, which never raises)
+        self.on_recording: Callable[[bool], None] = lambda on: None
 
     @property
     def active(self) -> bool:
@@ -202,6 +204,7 @@ class ProfilerWindow:
             return
         self._prof = prof
         self._cycle_steps = [step] if self.schedule.action(step) in _RECORDING else []
+        self.on_recording(True)
 
     def _skip_cycle(self, step: int) -> None:
         if not self._foreign_warned:
@@ -244,6 +247,7 @@ class ProfilerWindow:
 
     def _stop_profiler(self) -> None:
         prof, self._prof = self._prof, None
+        self.on_recording(False)
         try:
             prof.stop()  # saves the open cycle when it recorded anything (torch calls on_trace_ready)
         except Exception as err:
@@ -255,6 +259,7 @@ class ProfilerWindow:
     def _abandon(self, message: str) -> None:
         log.warning(f"lightning-perf: {message}; profiling is off for the rest of this run")
         prof, self._prof = self._prof, None
+        self.on_recording(False)
         self._stop_cycles()
         if prof is not None:
             with contextlib.suppress(Exception):  # already reported; the profiler is dropped either way

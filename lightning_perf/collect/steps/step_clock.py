@@ -28,6 +28,7 @@ gain the GPU's own idle time during the fetch and its time per step.
 from __future__ import annotations
 
 from array import array
+from typing import Protocol
 
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.summary import Distribution, TimingSummary, thinned
@@ -48,6 +49,14 @@ COMPUTE_MS = metrics.COMPUTE.tag
 SAMPLES_PER_SEC = metrics.SAMPLES_PER_SEC.tag
 BATCHES_PER_SEC = metrics.BATCHES_PER_SEC.tag
 EPOCH_START_MS = metrics.EPOCH_START.tag
+
+
+class HookSpans(Protocol):
+    """What the step clock tells the hook profiler (collect.steps.hook_profiler)."""
+
+    def exclude(self, seconds: float) -> None: ...
+
+    def drop_batch(self) -> None: ...
 
 
 class StepClock:
@@ -77,6 +86,8 @@ class StepClock:
         self.epochs = 0
         self.gap_s: dict[str, float] = {}
         self.last_epoch_start_ms: float | None = None
+        # the hook profiler of the step's anatomy (collect.steps.hook_profiler), told of the steps left out
+        self.hooks: HookSpans | None = None
 
     # -- the protocol ------------------------------------------------------------------------------------
 
@@ -145,10 +156,14 @@ class StepClock:
     def exclude(self, seconds: float) -> None:
         if self._open_start is not None:
             self._open_start += seconds  # the step starts that much later: one store less per batch
+            if self.hooks is not None:
+                self.hooks.exclude(seconds)
 
     def drop_open(self) -> bool:
         """Leave the open step out of the figures (it compiled: collect.compile_events); False if none is open."""
         dropped, self._open_start = self._open_start is not None, None
+        if self.hooks is not None:
+            self.hooks.drop_batch()
         return dropped
 
     @property

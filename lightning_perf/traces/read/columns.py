@@ -56,6 +56,7 @@ class SpanColumns:
         correlation: np.ndarray,
         input_type_code: np.ndarray | None = None,
         input_types: list[tuple[str, ...] | None] | None = None,
+        sequence: np.ndarray | None = None,
     ) -> None:
         # a SpanList holds its columns (columns_of): the link back is weak, so dropping a trace frees both
         # at once by reference counting, not by a pass of the cyclic collector over every span (17 ms of a
@@ -77,6 +78,9 @@ class SpanColumns:
             np.zeros(len(start), dtype=np.int32) if input_type_code is None else input_type_code
         )
         self.input_types = [None] if input_types is None else input_types
+        # each operator's autograd sequence number (int64), -1 where it has none: links a backward operator to
+        # the forward one whose node it runs (traces.figures.modules)
+        self.sequence = np.full(len(start), -1, dtype=np.int64) if sequence is None else sequence
 
     @property
     def spans(self) -> list[Span]:
@@ -225,6 +229,7 @@ class ColumnsBuilder:
         self._names, self._cats, self._pids, self._tids = Codebook(), Codebook(), Codebook(), Codebook()
         self._input_types = Codebook()
         self._input_types.codes([None])  # code 0: no input types
+        self._sequence: list[np.ndarray] = []
 
     def add(
         self,
@@ -232,6 +237,7 @@ class ColumnsBuilder:
         end: np.ndarray,
         *fields: list[Any],
         input_types: tuple[list[int], list[Any]] | None = None,
+        sequences: list[int] | None = None,
     ) -> None:
         """One batch: its start and end times, then the lists of its names, categories, pids, tids, external
         ids and correlation ids (the Span fields in order). ``input_types``: (indices in the batch, their input
@@ -241,6 +247,11 @@ class ColumnsBuilder:
         if input_types is not None and input_types[0]:
             codes[input_types[0]] = self._input_types.codes(input_types[1])
         self._input_type_code.append(codes)
+        self._sequence.append(
+            np.full(len(start), -1, dtype=np.int64)
+            if sequences is None
+            else np.array(sequences, dtype=np.int64)
+        )
         self._start.append(start)
         self._end.append(end)
         self._name_code.append(self._names.codes(names))
@@ -250,14 +261,20 @@ class ColumnsBuilder:
         self._external_id.extend(external_ids)
         self._correlation.extend(correlations)
 
-    def add_spans(self, spans: list[Span], input_types: tuple[list[int], list[Any]] | None = None) -> None:
-        """One batch of span tuples (and input types, as :meth:`add` takes them)."""
+    def add_spans(
+        self,
+        spans: list[Span],
+        input_types: tuple[list[int], list[Any]] | None = None,
+        sequences: list[int] | None = None,
+    ) -> None:
+        """One batch of span tuples (and input types and sequence numbers, as :meth:`add` takes them)."""
         n = len(spans)
         self.add(
             np.fromiter(map(_START, spans), np.float64, n),
             np.fromiter(map(_END, spans), np.float64, n),
             *(list(map(field, spans)) for field in (_NAME, _CAT, _PID, _TID, _EXTERNAL_ID, _CORRELATION)),
             input_types=input_types,
+            sequences=sequences,
         )
 
     def columns(self, spans: list[Span]) -> SpanColumns:
@@ -276,6 +293,7 @@ class ColumnsBuilder:
             np.fromiter(self._correlation, object, n),
             _joined(self._input_type_code, np.int32),
             list(map(_type_names, self._input_types.values())),
+            _joined(self._sequence, np.int64),
         )
 
 

@@ -29,6 +29,8 @@ class EventArgs(msgspec.Struct, gc=False):
     external_id: int | None | UnsetType = msgspec.field(default=UNSET, name="External id")
     external_id_lower: int | None | UnsetType = msgspec.field(default=UNSET, name="external id")
     correlation: int | None = None
+    # the autograd sequence number: a forward operator and the backward ones of the node it created share it
+    sequence: int = msgspec.field(default=-1, name="Sequence number")
     device_type: Any = msgspec.field(default=UNSET, name="Device Type")
     device_id: Any = msgspec.field(default=UNSET, name="Device Id")
     total_allocated: Any = msgspec.field(default=UNSET, name="Total Allocated")

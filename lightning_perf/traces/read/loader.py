@@ -154,7 +154,8 @@ def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
             ),
         )
     )
-    loaded.columns.add(starts, ends, *fields, input_types=input_types)
+    sequences = [-1 if a is None else a.sequence for a in args]
+    loaded.columns.add(starts, ends, *fields, input_types=input_types, sequences=sequences)
     loaded.count += len(batch)
     return True
 
@@ -205,7 +206,19 @@ def _add_dicts(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
     first = len(loaded.spans)
     added_args = _add_dict_spans(batch, loaded)
     spans = loaded.spans[first:]
-    loaded.columns.add_spans(spans, _dict_input_types(spans, added_args))
+    loaded.columns.add_spans(spans, _dict_input_types(spans, added_args), _dict_sequences(added_args))
+
+
+def _dict_sequences(batch_args: list[Any]) -> list[int]:
+    """Each span's ``Sequence number`` where it is an int64, else -1 (the typed reader's reading)."""
+    return [
+        number
+        if type(args) is dict
+        and type(number := args.get("Sequence number")) is int
+        and -(2**63) <= number < 2**63
+        else -1
+        for args in batch_args
+    ]
 
 
 def _dict_input_types(spans: list[Span], batch_args: list[Any]) -> tuple[list[int], list[Any]]:

@@ -51,6 +51,7 @@ from lightning_perf.traces.figures.analysis import (
 )
 from lightning_perf.traces.figures.breakdown import ALIGNMENTS, TB_ALIGNMENT
 from lightning_perf.traces.figures.gpu_figures import trace_figures
+from lightning_perf.traces.figures.modules import module_times
 from lightning_perf.traces.read.gunzip import GZIP_ERRORS, open_gzip_text
 from lightning_perf.traces.read.parallel_reader import capped_jobs, check_jobs, map_traces
 from lightning_perf.traces.read.reader import GZIP_MAGIC, TraceError
@@ -325,6 +326,7 @@ def analyse_trace(
     breakdown = step_breakdown(parsed.spans, alignment)
     figures = trace_figures(parsed, breakdown)
     with_run_settings(figures, settings)
+    figures.modules = module_times(parsed.spans, len(breakdown.steps))  # [] unless PerfCallback named them
     operators, kernels = cpu_operator_stats(parsed.spans), kernel_stats(parsed.spans)
     training = is_training(s.name for s in (*operators, *kernels))
     found = diagnose_trace(figures, training=training, settings=settings)

@@ -62,6 +62,22 @@ def _operator_rows(operators: list[dict[str, Any]]) -> tuple[list[str], list[lis
     ]
 
 
+def _module_rows(modules: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["Forward", "Backward", "Self", "Total", "GPU", "Calls", "Module"]
+    return header, [
+        [
+            _fmt(m["forward_self_ms"]),
+            _fmt(m["backward_self_ms"]),
+            _fmt(m["forward_self_ms"] + m["backward_self_ms"]),
+            _fmt(m["forward_ms"] + m["backward_ms"]),
+            _fmt(m["gpu_forward_ms"] + m["gpu_backward_ms"]),
+            str(m["calls"]),
+            _short(m["path"]),
+        ]
+        for m in modules
+    ]
+
+
 def _steps_unknown(trace: dict[str, Any]) -> bool:
     """No ProfilerStep in the trace (a GPU-only or unscheduled one): its one step is the whole trace."""
     return bool(trace["steps"]) and all(step["step"] is None for step in trace["steps"])
@@ -197,6 +213,10 @@ def _trace_text(trace: dict[str, Any]) -> list[str]:
         if trace[key]:
             out.append(f"  Top {len(trace[key])} {title}:")
             out += _text_table(*_operator_rows(trace[key]), indent="    ")
+    modules = trace["figures"].get("modules")
+    if modules:
+        out.append(f"  Top {len(modules)} modules of the model by self time (ms a step):")
+        out += _text_table(*_module_rows(modules), indent="    ")
     out.append("  Findings from this trace:" if trace["findings"] else "  Findings from this trace: none")
     return out + _text_findings(trace["findings"], "    ")
 

@@ -1,0 +1,1 @@
+"""The compute half of the step: where the time that is not DataLoader wait goes."""
