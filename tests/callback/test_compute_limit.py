@@ -244,3 +244,30 @@ def test_a_compiled_model_is_not_counted_and_says_so(tmp_path, caplog):
     assert (step.flops, step.not_counted) == (0.0, [COMPILED])
     assert summary.compute_limit.mfu_pct is None and "a step at" not in text
     assert "a torch.compile'd model's FLOPs are not counted" in text
+
+
+class Elementwise(L.LightningModule):
+    """Normalization and activations over wide activations, around one narrow matmul: memory-bound."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, 4)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        for _ in range(4):
+            x = torch.nn.functional.gelu(self.norm(x)) * 1.5 + x
+        return torch.nn.functional.mse_loss(self.head(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_a_step_of_elementwise_work_is_low_mfu_from_memory_bound_operators(tmp_path, caplog, one_thread):
+    # the default schedule records batches 7-9: their aten operators other than the matmul are most of the step
+    summary, _ = fit_logged(tmp_path, caplog, Elementwise(4096), batches(4096, 4, 64, steps=30))
+    (finding,) = [f for f in summary.findings if f.id == "low_mfu"]
+    assert "Memory-bound operators: aten::" in finding.evidence
+    assert "The FLOPs sit in head (100%)." in finding.evidence
+    assert "the elementwise and normalization ones above first" in finding.recommendation

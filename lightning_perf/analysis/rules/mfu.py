@@ -35,7 +35,10 @@ SMALL_MATMUL_SHARE = 0.5
 # normalization, copies) is a cause. Our choice: a third of the step, more than the matmuls' share at 40% MFU.
 MEMORY_BOUND_PCT = 33.0
 # Operators that do the arithmetic FlopCounterMode counts
-_MATMUL = re.compile(r"mm|matmul|linear|conv|attention|sdpa|einsum|gemm", re.IGNORECASE)
+_MATMUL = re.compile(
+    r"mm|matmul|linear|conv|attention|sdpa|einsum|gemm|cutlass|xmma|cudnn|flash|fmha|wgrad|dgrad",
+    re.IGNORECASE,
+)
 # datasheet dtypes faster than fp32 on the same device, the usual switch first
 _FASTER = ("bf16", "tf32", "fp16")
 
@@ -100,18 +103,25 @@ def _causes(limit: ComputeLimit, summary: RunSummary) -> list[str]:
 
 
 def _memory_bound(summary: RunSummary) -> str | None:
-    """The profiled step's non-matmul operators, when they take a third of it or more."""
+    """The profiled step's non-matmul work, when it takes a third of the step or more: its GPU kernels where it
+    recorded some, else its aten operators' self CPU time (Lightning's and Python's own ranges are no operator)."""
     figures = next((f for f in summary.trace_figures if f.top_operators and f.step_ms), None)
     if figures is None:
         return None
-    others = [op for op in figures.top_operators if not _MATMUL.search(op.name)]
+    kernels = bool(figures.top_kernels)
+    ops = (
+        figures.top_kernels
+        if kernels
+        else [op for op in figures.top_operators if op.name.startswith("aten::")]
+    )
+    others = [op for op in ops if not _MATMUL.search(op.name)]
     share = sum(op.ms_per_step for op in others) / figures.step_ms * 100.0
     if share < MEMORY_BOUND_PCT:
         return None
-    names = ", ".join(op.name for op in others[:3])
+    names = ", ".join(op.name[:60] for op in others[:3])
     return (
-        f"memory-bound operators: {names} and the other non-matmul operators of the profiled step take "
-        f"{share:.0f}% of it (self CPU time)"
+        f"memory-bound operators: {names} and the other non-matmul {'kernels' if kernels else 'operators'} of "
+        f"the profiled step take {share:.0f}% of it ({'GPU kernel' if kernels else 'self CPU'} time)"
     )
 
 
@@ -137,13 +147,16 @@ def _modules(limit: ComputeLimit) -> str:
 
 
 def _advice(causes: list[str]) -> str:
-    kinds = {cause.split(":", 1)[0] for cause in causes}
-    steps = []
-    if kinds & {"launch/framework overhead", "small matmuls"}:
-        steps.append("give each operator more work: a larger batch or wider layers")
-        steps.append("fuse operators: `torch.compile` (on a GPU also CUDA graphs)")
-    if "memory-bound operators" in kinds:
-        steps.append("fuse the elementwise and normalization operators (`torch.compile`)")
+    kinds = {cause.split(":", 1)[0].lower() for cause in causes}
+    small = bool(kinds & {"launch/framework overhead", "small matmuls"})
+    memory = "memory-bound operators" in kinds
+    steps = ["give each operator more work: a larger batch or wider layers"] if small else []
+    if small or memory:
+        steps.append(
+            "fuse operators with `torch.compile`"
+            + (" (the elementwise and normalization ones above first)" if memory else "")
+            + (", on a GPU also CUDA graphs" if "launch/framework overhead" in kinds else "")
+        )
     if "precision" in kinds:
         steps.append(
             '`Trainer(precision="bf16-mixed")` (or at least `torch.set_float32_matmul_precision("high")`)'
