@@ -157,6 +157,7 @@ def one_thread(tmp_path, monkeypatch):
     measure the machine's other work more than this run's; one thread gets its fair share of a core, in the
     fit and in the peak alike."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(device_peak, "_MEMO", {})  # measured in this test, not by an earlier one
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -213,7 +214,7 @@ def test_a_tiny_mlp_is_low_mfu_from_launch_and_framework_overhead(tmp_path, capl
 
 def test_the_peak_is_measured_once_per_device_and_dtype(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    device_peak._MEMO.clear()
+    monkeypatch.setattr(device_peak, "_MEMO", {})
     first = device_peak.peak(torch.device("cpu"), "fp64")
     assert not first.cached and first.measured_flops_per_s > 0
     cached = json.loads((tmp_path / "lightning-perf" / "peaks.json").read_text())
