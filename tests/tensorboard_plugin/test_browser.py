@@ -81,8 +81,9 @@ def test_the_perf_tab_in_headless_chromium(perf_runs, realtraces, browser_dir, t
         shutil.copytree(perf_runs / "exp" / run, root / "exp" / run)
     shutil.copy(perf_runs / "exp" / "comparison.json", root / "exp")  # a trial's saved comparison
     many = build_many_ranks(root / "exp" / "many16", realtraces, ranks=16, slow_rank=SLOW_RANK)
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    # kept where CI collects them when it says so (pytest's tmp dirs are pruned after a few sessions)
+    shots = Path(os.environ.get("LIGHTNING_PERF_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
     plan = {
         "ddp": "exp/ddp2",
         "many": "exp/many16",

@@ -4,13 +4,17 @@ each pane gets is what the summaries, `lightning-perf report` and `lightning-per
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
 
+import pytest
+
 from lightning_perf.analysis.rules.thresholds import VERDICTS
-from lightning_perf.analysis.summary import RunSummary
+from lightning_perf.analysis.summary import RunSummary, SummaryError
 from lightning_perf.cli import main as cli_main
+from lightning_perf.tensorboard_plugin import runs
 from lightning_perf.traces.exports import SPEEDSCOPE_SCHEMA
 
 ROUTE = "/data/plugin/lightning_perf"
@@ -176,3 +180,15 @@ def test_bad_requests_are_answered_with_the_reason(perf_server):
     assert status == 422 and b"two runs" in body
     status, body = answer(perf_server, "/overview")
     assert status == 400 and b"run" in body
+
+
+def test_a_corrupt_summary_is_listed_with_why_and_the_others_still_shown(perf_runs, tmp_path):
+    shutil.copytree(perf_runs / "exp" / "workers2", tmp_path / "exp" / "good")
+    (tmp_path / "exp" / "bad").mkdir()
+    text = (perf_runs / "exp" / "workers0" / "perf_summary.json").read_text()
+    (tmp_path / "exp" / "bad" / "perf_summary.json").write_text(text[: len(text) // 2])  # cut mid-write
+    rows = {row["name"]: row for row in runs.run_list(str(tmp_path))}
+    assert "perf_summary.json" in rows["exp/bad"]["error"] and "verdict" not in rows["exp/bad"]
+    assert rows["exp/good"]["verdict"] in VERDICTS
+    with pytest.raises(SummaryError, match="exp/bad/perf_summary.json"):
+        runs.overview(str(tmp_path), "exp/bad")
