@@ -34,7 +34,9 @@ def attach(trainer: Any, session: PerfSession, summary: RunSummary) -> None:
             summary.settings.precision, summary.settings.float32_matmul_precision, device.type == "cuda"
         )
         # rank zero's summary is the one written: other ranks on the same CPU would only time each other
-        if step.flops > 0 and summary.status == "finished" and dtype is not None and trainer.is_global_zero:
+        # the devices its timing knows how to wait for (CUDA's synchronize)
+        measurable = dtype is not None and device.type in ("cpu", "cuda")
+        if step.flops > 0 and summary.status == "finished" and measurable and trainer.is_global_zero:
             peak = device_peak.peak(device, dtype)
         step_ms = summary.timing.step_time_ms
         summary.compute_limit = compute_limit(step, peak, step_ms.mean if step_ms else None)
