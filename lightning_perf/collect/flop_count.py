@@ -73,8 +73,13 @@ class FlopCount:
         self._started = started + 1
         if started == self._batch:
             mapping = {op: _counting(op, formula, self._calls) for op, formula in flop_registry.items()}
-            self._mode = FlopCounterMode(display=False, custom_mapping=mapping)
-            self._mode.__enter__()
+            mode = FlopCounterMode(display=False, custom_mapping=mapping)
+            try:
+                mode.__enter__()
+            except Exception as err:  # never fail the fit over a count
+                log.warning(f"lightning-perf: could not count the step's FLOPs: {err}")
+                return
+            self._mode = mode
 
     def batch_ended(self) -> bool:
         """Leave the mode after the counted batch; True once counting is over (the callback then drops us)."""

@@ -31,7 +31,7 @@ MIN_CALL_S = 0.005
 MIN_SIZE = 128
 FIRST_SIZE = {"cpu": 1024, "cuda": 2048}
 MAX_SIZE = {"cpu": 1024, "cuda": 8192}
-MIN_CALLS = 9  # timed calls, within the budget
+MIN_CALLS = 9  # timed calls at most, within the budget; at least 3, whatever the sizing took
 CACHE_DAYS = 7  # a driver, BIOS or torch update can move the peak: measure again after a week
 DTYPES = {
     "fp64": torch.float64,
@@ -113,7 +113,7 @@ def measure(device: torch.device, dtype: torch.dtype, budget_s: float = BUDGET_S
             break
     # the mean rate of the timed calls, as the MFU takes the mean step: on a busy machine both pay alike
     times = [_timed(a, b, device)]
-    while len(times) < MIN_CALLS and time.perf_counter() < started + budget_s:
+    while len(times) < MIN_CALLS and (len(times) < 3 or time.perf_counter() < started + budget_s):
         times.append(_timed(a, b, device))
     return 2.0 * size**3 * len(times) / sum(times), size
 
