@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 
+from lightning_perf.analysis.compute.anatomy import PART_LABELS
+from lightning_perf.analysis.compute.anatomy_text import top_hook
 from lightning_perf.analysis.rules.cross_rank import find_straggler, rows_from_stats
 from lightning_perf.analysis.rules.helpers import change_text
 from lightning_perf.analysis.rules.thresholds import VERDICTS
@@ -147,6 +149,8 @@ def overview(logdir: str, run: str) -> dict[str, Any]:
         },
         "slowdowns": [dataclasses.asdict(s) for s in summary.slowdowns],
         "memory": dataclasses.asdict(summary.memory) if summary.memory else None,
+        "anatomy": anatomy(summary),
+        "compute_limit": dataclasses.asdict(summary.compute_limit) if summary.compute_limit else None,
         "utilization": dataclasses.asdict(summary.utilization),
         "machine": dataclasses.asdict(summary.machine) if summary.machine else None,
         "settings": dataclasses.asdict(summary.settings),
@@ -166,6 +170,27 @@ def traces(directory: str, summary: RunSummary) -> list[dict[str, Any]]:
         for f in files(directory)
         if f["kind"] == "trace"
     ]
+
+
+def anatomy(summary: RunSummary) -> dict[str, Any] | None:
+    """Where the mean step goes (the hooks' self times): each part with its ms and share, then the callbacks
+    and loggers the user chose, each with its costliest hook; None when the run has no anatomy."""
+    found = summary.anatomy
+    if found is None or found.step_ms <= 0:
+        return None
+    return {
+        "steps": found.steps,
+        "step_ms": found.step_ms,
+        "parts": [
+            {"part": part, "label": PART_LABELS.get(part, part), "ms": ms, "pct": found.share_pct(part)}
+            for part, ms in found.parts_ms.items()
+        ],
+        "code": [
+            {"name": top_hook(code), "kind": code.kind, "ms": code.ms_per_step}
+            for code in sorted(found.callbacks + found.loggers, key=lambda code: -code.ms_per_step)
+            if code.hooks_ms and code.kind != "lightning_perf"  # lightning-perf's own time is a part above
+        ],
+    }
 
 
 def _stride(steps: int, samples: int) -> int:

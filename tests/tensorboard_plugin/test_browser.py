@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_perf.analysis.compute.anatomy import PART_LABELS
 from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.tensorboard_plugin.runs import run_dirs
@@ -126,6 +127,10 @@ def test_the_perf_tab_in_headless_chromium(perf_runs, realtraces, browser_dir, t
         (verdict,) = [f for f in summary.findings if f.id == "input_bound"]
         assert verdict.evidence in shown["text"]
         assert column(table_with(shown, "finding"), "finding") == [f.title for f in summary.findings]
+        if summary.anatomy is not None:  # where the mean step goes, part by part
+            assert column(table_with(shown, "ms a step"), "part")[: len(summary.anatomy.parts_ms)] == [
+                PART_LABELS[part] for part in summary.anatomy.parts_ms
+            ]
     probe = RunSummary.load(root / "exp" / "workers0").probes["num_workers"]
     probe_table = table_with(seen["panes"]["overview exp/workers0"], "batches/s")
     assert column(probe_table, "num_workers") == [str(c["num_workers"]) for c in probe["candidates"]]

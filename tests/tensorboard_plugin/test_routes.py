@@ -93,6 +93,8 @@ def test_overview_has_the_findings_steps_probe_and_files(perf_server, perf_runs)
     status, body = answer(perf_server, "/file", [("run", "exp/workers0"), ("file", trace["file"])])
     assert status == 200 and body == (perf_runs / "exp" / "workers0" / trace["file"]).read_bytes()
     assert data["memory"]["steps"] == summary.memory.steps
+    parts = {p["part"]: p["ms"] for p in data["anatomy"]["parts"]}
+    assert parts == summary.anatomy.parts_ms
     assert data["memory"]["process_rss_mb"] == summary.memory.process_rss_mb
 
 

@@ -190,6 +190,35 @@ function colourSwatches(root) {
   root.querySelectorAll(".swatch[data-color]").forEach((el) => { el.style.background = el.dataset.color; });
 }
 
+// where the mean step goes: each part of the step as a share of it, then the user's callbacks and loggers
+function anatomyView(anatomy) {
+  if (!anatomy) return null;
+  const bar = h("div", { class: "bar" });
+  anatomy.parts.filter((p) => p.pct > 0).forEach((p, i) => {
+    const part = h("span", { title: `${p.label} ${fmt(p.pct)}%` });
+    part.style.width = `${p.pct}%`;
+    part.style.background = PALETTE[i % PALETTE.length];
+    bar.append(part);
+  });
+  const rows = anatomy.parts.map((p) => ({ what: p.label, ms: p.ms, pct: p.pct }))
+    .concat(anatomy.code.map((c) => ({ what: c.name, ms: c.ms, pct: (100 * c.ms) / anatomy.step_ms, code: true })));
+  return [
+    h("h3", {}, `Where the mean step goes (${fmt(anatomy.step_ms, 3)} ms, ${anatomy.steps} steps)`),
+    bar,
+    table(
+      [
+        { key: "what", label: "part", render: (r) => (r.code ? h("code", {}, r.what) : r.what) },
+        { key: "ms", label: "ms a step", num: true, digits: 3 },
+        { key: "pct", label: "share %", num: true },
+      ],
+      rows,
+      { sortable: false },
+    ),
+  ];
+}
+
+const PALETTE = ["#f57c00", "#7b1fa2", "#1976d2", "#00897b", "#c62828", "#fbc02d", "#5d4037", "#43a047", "#3949ab", "#8e24aa", "#6d4c41", "#9e9e9e"];
+
 function memoryChart(memory) {
   if (!memory || !memory.steps.length) return null;
   const lines = [{ values: memory.process_rss_mb, color: "#7b1fa2", label: "process RSS (MB)" }];
@@ -296,6 +325,7 @@ async function showOverview(pane) {
       figure("DataLoader wait", `${fmt(t.data_wait_pct)} %`),
       figure("samples/s", fmt(t.samples_per_sec)),
       figure("steps timed", fmt(t.steps, 0)),
+      d.compute_limit?.mfu_pct != null ? figure("MFU (of the measured peak)", `${Number(d.compute_limit.mfu_pct.toPrecision(2))} %`) : null,
     ),
     h("h3", {}, "Findings"),
     findingsTable(d.findings),
@@ -313,6 +343,7 @@ async function showOverview(pane) {
           { sortable: false },
         )
       : null,
+    anatomyView(d.anatomy),
     memoryChart(d.memory),
     h("h3", {}, "Utilization"),
     utilization(d),
