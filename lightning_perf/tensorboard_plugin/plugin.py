@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 from tensorboard.plugins import base_plugin
 from werkzeug import Request, Response
+from werkzeug.exceptions import BadRequestKeyError
 
-from lightning_perf.analysis.summary import SummaryError
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.tensorboard_plugin import panes, runs
 from lightning_perf.traces.exports import trace_to_speedscope
@@ -72,8 +72,8 @@ class PerfPlugin(base_plugin.TBPlugin):
         return Response(body, content_type=f"{kind}; charset=utf-8", headers=_HEADERS)
 
     def _json(self, make: Callable[[Any], Any]) -> Callable[..., Any]:
-        """A route answering ``make(query arguments)`` as JSON; a bad request (an unknown run, a missing
-        argument) or an unreadable file answers 400 or 404 with the error's message, shown in the pane."""
+        """A route answering ``make(query arguments)`` as JSON; a missing argument (400), an unknown run or file
+        (404) or an unreadable summary or trace (422) answers the error's message, which the pane shows."""
 
         @Request.application
         def route(request: Request) -> Response:
@@ -81,9 +81,9 @@ class PerfPlugin(base_plugin.TBPlugin):
                 data, status = make(request.args), 200
             except runs.UnknownRun as err:
                 data, status = {"error": str(err)}, 404
-            except KeyError as err:
+            except BadRequestKeyError as err:
                 data, status = {"error": f"missing query argument {err.args[0]!r}"}, 400
-            except (LightningPerfError, SummaryError, OSError) as err:  # a corrupt summary or trace
+            except (LightningPerfError, OSError) as err:  # a corrupt summary or trace, a bad comparison
                 data, status = {"error": str(err)}, 422
             return Response(
                 msgspec.json.encode(data), status=status, content_type="application/json", headers=_HEADERS
@@ -95,7 +95,7 @@ class PerfPlugin(base_plugin.TBPlugin):
     def _download(self, request: Request) -> Response:
         try:
             path = runs.run_file(self.logdir, request.args["run"], request.args["file"])
-        except (runs.UnknownRun, KeyError) as err:
+        except (runs.UnknownRun, BadRequestKeyError) as err:
             return Response(str(err), status=404, content_type="text/plain", headers=_HEADERS)
         with open(path, "rb") as fh:
             return _attachment(fh.read(), os.path.basename(path))
@@ -110,7 +110,7 @@ class PerfPlugin(base_plugin.TBPlugin):
                 trace_to_speedscope(path, out)
                 with open(out, "rb") as fh:
                     body = fh.read()
-        except (runs.UnknownRun, KeyError) as err:
+        except (runs.UnknownRun, BadRequestKeyError) as err:
             return Response(str(err), status=404, content_type="text/plain", headers=_HEADERS)
         except (LightningPerfError, OSError) as err:
             return Response(str(err), status=422, content_type="text/plain", headers=_HEADERS)
