@@ -32,9 +32,10 @@ def fit_workers(root, workers: int) -> None:
 
 
 def fit_ddp(root) -> None:
+    # 16 batches a rank: well above the 10 timed steps an input-bound verdict needs (MIN_STEPS_FOR_VERDICT)
     callback = PerfCallback(**PROFILE, probe_num_workers="never")
     logger = TensorBoardLogger(str(root), name="exp", version="ddp2")
-    data = DataLoader(RankSlowedDataset(n=96, slow_rank=1, delay_s=0.002), batch_size=4)
+    data = DataLoader(RankSlowedDataset(n=128, slow_rank=1, delay_s=0.002), batch_size=4)
     trainer(
         root,
         [callback],
