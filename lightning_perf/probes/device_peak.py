@@ -93,11 +93,12 @@ def peak(device: torch.device, dtype: str) -> DevicePeak:
     return result
 
 
-def measure(device: torch.device, dtype: torch.dtype, budget_s: float = BUDGET_S) -> tuple[float, int]:
+def measure(device: torch.device, dtype: torch.dtype, budget_s: float | None = None) -> tuple[float, int]:
     """FLOP/s of timed ``n x n @ n x n`` matmuls, and ``n``, in about ``budget_s``. The size starts at
     ``FIRST_SIZE`` (a small matmul's time on a busy machine is the scheduler's: a thread of it waits for a core),
     halves while a call takes over a third of the budget (a slow device) and doubles while a call is shorter than
     ``MIN_CALL_S`` (a fast one), within ``MIN_SIZE`` and ``MAX_SIZE``."""
+    budget_s = BUDGET_S if budget_s is None else budget_s
     started = time.perf_counter()
     kind = device.type if device.type in FIRST_SIZE else "cpu"
     size, grown, shrunk = FIRST_SIZE[kind], False, False

@@ -164,17 +164,25 @@ def one_thread(tmp_path, monkeypatch):
     torch.set_num_threads(threads)
 
 
-def fit_logged(tmp_path, caplog, model, data):
-    callback = PerfCallback(probe_num_workers="never")
+def fit_logged(tmp_path, caplog, model, data, **callback_kwargs):
+    callback = PerfCallback(probe_num_workers="never", **callback_kwargs)
     with caplog.at_level(logging.INFO, logger="lightning_perf"):
         trainer(tmp_path, [callback]).fit(model, data)
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("lightning_perf")]
     return callback.last_summary, "\n".join(lines)
 
 
-def test_one_large_matmul_reaches_the_measured_peak_and_is_not_low_mfu(tmp_path, caplog, one_thread):
-    width, batch = 2048, 256
-    summary, text = fit_logged(tmp_path, caplog, OneMatmul(width), batches(width, width, batch, steps=16))
+def test_one_large_matmul_reaches_the_measured_peak_and_is_not_low_mfu(
+    tmp_path, caplog, one_thread, monkeypatch
+):
+    # half a second of steps, then half a second of the peak's matmuls (0.1 s by default): on a shared machine both
+    # then see much the same mix of other work, not two different moments of it
+    monkeypatch.setattr(device_peak, "BUDGET_S", 0.5)
+    monkeypatch.setattr(device_peak, "MIN_CALLS", 100)
+    # the matmuls of the peak's own size (1024), on batches as large as the layer: the weight's update and
+    # gradient (memory traffic, slower than the arithmetic when another process shares the caches) stay small
+    width, batch = 1024, 1024
+    summary, text = fit_logged(tmp_path, caplog, OneMatmul(width), batches(width, width, batch, steps=14))
     limit = summary.compute_limit
     assert limit.step.flops == pytest.approx(2 * 2 * batch * width * width, rel=0.01)
     peak = limit.peak
@@ -189,7 +197,7 @@ def test_one_large_matmul_reaches_the_measured_peak_and_is_not_low_mfu(tmp_path,
         f"a step at {flops_text(limit.achieved_flops_per_s)}/s: {limit.mfu_pct:.0f}% of this CPU's measured"
         in text
     )
-    assert 0 < limit.peak_seconds < 0.5
+    assert 0 < limit.peak_seconds < 1.5
     # the MFU of every step in TensorBoard, against the same peak
     events = EventAccumulator(str(tmp_path / "lightning_logs" / "version_0"))
     events.Reload()
@@ -199,8 +207,9 @@ def test_one_large_matmul_reaches_the_measured_peak_and_is_not_low_mfu(tmp_path,
 
 
 def test_a_tiny_mlp_is_low_mfu_from_launch_and_framework_overhead(tmp_path, caplog, one_thread):
-    # deep enough that a step (~3 ms) dwarfs the loop's fetch of a ready batch (~0.05 ms): not input-bound
-    widths = (8, *[32] * 15, 1)
+    # deep enough that a step (~12 ms) dwarfs the loop's fetch of a ready batch (~0.07 ms, a few times that when
+    # the machine is busy): not input-bound by a wide margin (0.7-1.2% of the step measured under load 13)
+    widths = (8, *[32] * 128, 1)
     summary, text = fit_logged(tmp_path, caplog, LinearStack(widths), batches(8, 1, 4, steps=64))
     limit = summary.compute_limit
     assert limit.mfu_pct < 10
@@ -266,8 +275,10 @@ class Elementwise(L.LightningModule):
 
 
 def test_a_step_of_elementwise_work_is_low_mfu_from_memory_bound_operators(tmp_path, caplog, one_thread):
-    # the default schedule records batches 7-9: their aten operators other than the matmul are most of the step
-    summary, _ = fit_logged(tmp_path, caplog, Elementwise(4096), batches(4096, 4, 64, steps=30))
+    # batches 7-12 recorded: their top aten operators, none a matmul, take 65-67% of a step (under load 10-13),
+    # averaged over six steps so that one descheduled step cannot take the share below the 33% line
+    data = batches(4096, 4, 256, steps=30)
+    summary, _ = fit_logged(tmp_path, caplog, Elementwise(4096), data, active=6)
     (finding,) = [f for f in summary.findings if f.id == "low_mfu"]
     assert "Memory-bound operators: aten::" in finding.evidence
     assert "The FLOPs sit in head (100%)." in finding.evidence
