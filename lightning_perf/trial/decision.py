@@ -12,15 +12,23 @@ instead (speed-up = candidate / baseline samples a second, :data:`METHOD_PER_SAM
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from scipy.stats import t as t_dist
 
 from lightning_perf.analysis.verdicts.statistics import CONFIDENCE, RATE, TIME, compare_rounds
 from lightning_perf.trial.proposals import SEMANTIC_LABEL, Candidate, changes_batch_size, semantic_label
 from lightning_perf.trial.spec import TrialResult, VariantResult
 
 KEEP = "keep your config"
+# a speed-up whose whole interval lies within this factor of 1, either way, is no difference (issue 48's band)
+NO_DIFFERENCE = 1.05
+# an interval wider than this factor either way of its estimate says too little to print: the rounds it needs instead
+READABLE_SPREAD = 10.0
+MAX_ROUNDS_ESTIMATE = 200
 METHOD = (
     "speed-up = baseline / candidate mean step time per round, paired by round; geometric mean of the per-round "
     "ratios with a Student-t interval of their logarithms"
@@ -59,6 +67,12 @@ class Speed:
             return f"{self.label}: no interval ({self.rounds} complete round(s); at least 2 are needed)"
         if self.low is None or self.high is None:
             return f"{self.label}: {self.speedup:.2f}x"
+        if self.high / self.speedup > READABLE_SPREAD or self.speedup / self.low > READABLE_SPREAD:
+            need = rounds_to_decide(self)
+            more = f": about {need} would tell at this spread" if need else ""
+            return (
+                f"{self.label}: too few rounds to tell ({self.rounds}){more}; run with --repeats {need or 10}"
+            )
         level = ("in samples a second, " if self.per_sample else "") + f"{self.confidence:.0%} interval"
         if self.significant:
             return f"{self.label}: {self.speedup:.2f}x faster ({level} {self.low:.2f}-{self.high:.2f}x)"
@@ -131,6 +145,10 @@ def choose(speeds: Sequence[Speed], disturbed: Sequence[str] = ()) -> Decision:
             f"{disturbed[0]}{more}",
             f"no candidate is significantly faster on these rounds (best: {best.describe()})",
         )
+    if _no_difference(best):
+        return Decision(
+            None, f"{KEEP}: no difference within {NO_DIFFERENCE - 1:.0%} either way; best: {best.describe()}"
+        )
     return Decision(None, f"{KEEP}: no candidate is significantly faster; best: {best.describe()}")
 
 
@@ -143,7 +161,60 @@ def speeds_from_trial(
 ) -> list[Speed]:
     """Each candidate's speed-up over ``baseline`` from the trial's rounds, paired by round: over the mean step
     time, or with ``per_sample`` (the variants differ in batch size) over the samples a second."""
-    by_name = {v.name: v for v in result.variants}
+    return speeds_of(result.variants, labels, baseline, confidence, per_sample, finished=True)
+
+
+def undecided(speeds: Sequence[Speed]) -> str | None:
+    """Why another round could still change the verdict, or None when it is decided: the best candidate's
+    interval lies above 1, every candidate's below, or the best's within 5% of no change either way."""
+    measured = [s for s in speeds if s.error is None and s.low is not None and s.high is not None]
+    if not measured:
+        return "no interval yet" if any(s.error is None for s in speeds) else None
+    best = max(measured, key=lambda s: s.speedup or 0.0)
+    if best.significant or all((s.high or 0.0) < 1.0 for s in measured) or _no_difference(best):
+        return None
+    return f"{best.label}: interval {best.low:.2f}-{best.high:.2f}x still spans 1"
+
+
+def _no_difference(speed: Speed) -> bool:
+    """The interval lies within the no-difference band (5% either way)."""
+    return (
+        speed.low is not None
+        and speed.high is not None
+        and speed.low >= 1.0 / NO_DIFFERENCE
+        and speed.high <= NO_DIFFERENCE
+    )
+
+
+def rounds_to_decide(speed: Speed) -> int | None:
+    """Rounds the interval would need, at the spread it shows, to exclude 1 (or to fit the no-difference band
+    when the estimate is within it); None without an interval. A Student-t interval of the log ratios narrows
+    as t(n-1)/sqrt(n)."""
+    if speed.speedup is None or speed.low is None or speed.high is None or speed.rounds < 2:
+        return None
+    half = (math.log(speed.high) - math.log(speed.low)) / 2.0
+    if half <= 0:
+        return speed.rounds
+    sd = half * math.sqrt(speed.rounds) / float(t_dist.ppf(0.5 + speed.confidence / 2.0, speed.rounds - 1))
+    target = abs(math.log(speed.speedup))
+    target = target if target > math.log(NO_DIFFERENCE) else math.log(NO_DIFFERENCE)
+    for n in range(speed.rounds, MAX_ROUNDS_ESTIMATE + 1):
+        if float(t_dist.ppf(0.5 + speed.confidence / 2.0, n - 1)) * sd / math.sqrt(n) < target:
+            return n
+    return None
+
+
+def speeds_of(
+    variants: Sequence[VariantResult],
+    labels: dict[str, str],
+    baseline: str,
+    confidence: float = CONFIDENCE,
+    per_sample: bool = False,
+    finished: bool = False,
+) -> list[Speed]:
+    """:func:`speeds_from_trial` over a list of variants; mid-trial (not ``finished``) a variant that has not
+    failed is judged on the rounds it has so far."""
+    by_name = {v.name: v for v in variants}
     base = by_name.get(baseline)
     values = _round_rates if per_sample else _round_means
     speeds = []
@@ -151,7 +222,7 @@ def speeds_from_trial(
         run = by_name.get(name)
         if run is None:
             continue
-        if not run.ok:
+        if run.status == "failed" or (finished and not run.ok):
             speeds.append(
                 Speed(
                     name,
@@ -162,7 +233,8 @@ def speeds_from_trial(
                 )
             )
             continue
-        pairs = [(b, r) for b, r in zip(values(base), values(run), strict=False) if b and r]
+        usable = base is not None and (base.ok or not finished)  # a finished trial's baseline must have run
+        pairs = [(b, r) for b, r in zip(values(base) if usable else [], values(run), strict=False) if b and r]
         change = (
             compare_rounds(
                 [b for b, _ in pairs], [r for _, r in pairs], confidence, kind=RATE if per_sample else TIME
@@ -232,7 +304,7 @@ def batch_sizes(result: TrialResult) -> dict[str, int]:
 
 
 def _round_means(variant: VariantResult | None) -> list[float | None]:
-    if variant is None or not variant.ok:
+    if variant is None or variant.status == "failed":
         return []
     return [r.timing.step_time_ms.mean if r.timing.step_time_ms is not None else None for r in variant.rounds]
 
@@ -241,7 +313,7 @@ def _round_rates(variant: VariantResult | None) -> list[float | None]:
     """Each round's samples a second over its timed steps (warm-up left out): the samples a step of the round
     (its whole run's, the warm-up's alike) over the mean step time; the run's own figure where the samples are
     unknown."""
-    if variant is None or not variant.ok:
+    if variant is None or variant.status == "failed":
         return []
     rates: list[float | None] = []
     for r in variant.rounds:

@@ -40,7 +40,7 @@ class Progress:
         )
         self.prefix = ""
         self._done = 0
-        self._steps = steps
+        self._steps = self._round_steps = steps
         self._round_started = self._last_step_at = time.monotonic()
         self._limit_s: float | None = None
         self._running = False
@@ -50,6 +50,12 @@ class Progress:
         if enabled:
             self._ticker = threading.Thread(target=self._tick, name="lightning-perf-progress", daemon=True)
             self._ticker.start()
+
+    def add_round(self) -> None:
+        """One more round than planned (the verdict was undecided): the bar grows by it."""
+        self.rounds += 1
+        self.bar.total += self.variants * self._round_steps
+        self.bar.refresh()
 
     def start(self, round_index: int, variant_index: int, name: str, steps: int) -> None:
         round_part = f"round {round_index}/{self.rounds} " if self.rounds > 1 else ""

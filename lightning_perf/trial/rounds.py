@@ -77,6 +77,7 @@ def _run_rounds(
         else:
             if limits is not None:
                 _rerun_most_disturbed(result, outcomes, run_one, reporter, limits)
+                _rounds_until_decided(result, outcomes, run_one, reporter, limits)
     finally:
         reporter.close()
     for outcome in outcomes:
@@ -136,6 +137,49 @@ def _stop_at_budget(
         if done == 0:
             outcome.status = "failed"
             outcome.error = f"not measured: the budget ({limits.budget_label}) was spent before a full round"
+
+
+def _rounds_until_decided(
+    result: TrialResult,
+    outcomes: list[VariantResult],
+    run_one: RunOne,
+    reporter: Progress,
+    limits: RoundLimits,
+) -> None:
+    """More rounds while ``limits.undecided`` says one could still decide the verdict (an interval that spans 1),
+    up to ``limits.max_rounds`` in all and while the budget has time for a whole round; a note says how many
+    and why. A round the budget stops is dropped, as any."""
+    if limits.undecided is None:
+        return
+    planned = result.repeats
+    while result.repeats < limits.max_rounds:
+        running = [o for o in outcomes if o.status != "failed"]
+        why = limits.undecided(running) if len(running) > 1 else None
+        if why is None:
+            break
+        if limits.budget_deadline is not None:
+            left = limits.budget_deadline - time.monotonic()
+            if (limits.expected_s or float("inf")) * len(running) > left:
+                result.notes.append(
+                    f"undecided after {result.repeats} rounds ({why}); no time is left for another"
+                )
+                break
+        reporter.add_round()
+        reporter.say(f"round {result.repeats + 1}: {why}")
+        result.repeats += 1
+        if _run_round(result, outcomes, result.repeats, run_one, reporter, limits):
+            result.repeats -= 1
+            for outcome in outcomes:  # the partial round is dropped
+                if outcome.status != "failed":
+                    del outcome.rounds[result.repeats :], outcome.round_dirs[result.repeats :]
+                    del outcome.round_reports[result.repeats :]
+            break
+    if result.repeats > planned:
+        still = limits.undecided([o for o in outcomes if o.status != "failed"])
+        result.notes.append(
+            f"{result.repeats - planned} round(s) beyond the {planned} planned, until the verdict was decided"
+            + (f" (still undecided: {still})" if still else "")
+        )
 
 
 def _rerun_most_disturbed(

@@ -93,15 +93,13 @@ class Terminated(SystemExit):
 
 @dataclass
 class RoundLimits:
-    """What bounds the rounds of one trial (share one object between them).
-
-    ``timeout_s`` (``--timeout-s``) wins when given. Else a round stops at :data:`ROUND_TIMEOUT_FACTOR` times
+    """What bounds the rounds of one trial (share one object between them). ``timeout_s`` (``--timeout-s``) wins when given. Else a round stops at :data:`ROUND_TIMEOUT_FACTOR` times
     its expected time, never before :data:`ROUND_TIMEOUT_FLOOR_S`: the expected time is the longer of the one
     known before (``expected_s``, e.g. tune's diagnosis fit, described by ``expected_from``; replaced by the
     first round that finishes) and the running round's own pace; :data:`STARTUP_TIMEOUT_S` while neither is
     known. ``budget_deadline`` (a ``time.monotonic()`` time, named by ``budget_label``) stops a running round and
-    starts none after it.
-    """
+    starts none after it. ``undecided`` (tune's): why another round could still decide the verdict, or None;
+    asked after the planned rounds, more run up to ``max_rounds`` in all while the budget has time."""
 
     timeout_s: float | None = None
     expected_s: float | None = None
@@ -109,6 +107,8 @@ class RoundLimits:
     budget_deadline: float | None = None
     budget_label: str = "the budget"
     rounds_recorded: int = 0
+    undecided: Callable[[list[Any]], str | None] | None = None
+    max_rounds: int = 0
 
     def record(self, name: str, wall_s: float) -> None:
         """A round of ``name`` finished in ``wall_s`` seconds: the first one sets the expected round time."""

@@ -41,6 +41,8 @@ from lightning_perf.trial.decision import (
     judge_batch_sizes,
     machine_was_busy,
     speeds_from_trial,
+    speeds_of,
+    undecided,
 )
 from lightning_perf.trial.project.terms import InProjectTerms
 from lightning_perf.trial.proposals import (
@@ -74,6 +76,8 @@ DEFAULT_BUDGET_S = 600.0
 DIAGNOSIS_MIN_STEPS = 20
 # Fewest rounds that give an interval at all (one degree of freedom for the paired t-interval).
 MIN_ROUNDS = 2
+# undecided after the rounds planned, tune runs more, up to this many times as many, while its budget lasts
+EXTRA_ROUNDS_FACTOR = 2
 
 
 @dataclass
@@ -307,6 +311,10 @@ def run_tune(
         result.notes.append(f"{rounds} rounds instead of {repeats}, to fit the budget")
     result.rounds = rounds
     variants = [(BASELINE, []), *((c.name, c.overrides) for c in result.candidates)]
+    labels = {c.name: c.label for c in result.candidates}
+    sizes_differ = any(
+        c.semantic and any(changes_batch_size(k) for k in c.changes) for c in result.candidates
+    )
     result.trial = entry.trial(
         variants,
         steps,
@@ -319,6 +327,11 @@ def run_tune(
             expected_from=f"the diagnosis fit, {wall_s:.0f} s",
             budget_deadline=deadline,
             budget_label=budget_label,
+            # rounds until decided: while the best candidate's interval spans 1, up to twice the rounds planned
+            undecided=lambda running: undecided(
+                speeds_of(running, labels, BASELINE, per_sample=sizes_differ)
+            ),
+            max_rounds=EXTRA_ROUNDS_FACTOR * rounds,
         ),
     )
     result.rounds = result.trial.repeats  # fewer when the budget ran out (the trial's note says so)
@@ -327,7 +340,6 @@ def run_tune(
     result.method, result.notes = METHOD_PER_SAMPLE if per_sample else METHOD, result.notes + notes
     if per_sample:  # tune's own note says how it judged: the trial's advice to compare samples/s goes
         result.trial.notes = [n for n in result.trial.notes if not n.startswith(BATCH_SIZES_NOTE)]
-    labels = {c.name: c.label for c in result.candidates}
     result.speeds = speeds_from_trial(result.trial, labels, BASELINE, per_sample=per_sample)
     if result.rounds == 0:
         result.decision = Decision(
