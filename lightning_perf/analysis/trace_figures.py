@@ -47,7 +47,7 @@ class ModuleTime:
     and, by the kernels they launched, on the GPU. ``*_self_ms`` leaves its submodules out."""
 
     path: str
-    calls: int = 0
+    calls: int = 0  # its forward's calls in the whole cycle
     forward_ms: float = 0.0
     forward_self_ms: float = 0.0
     backward_ms: float = 0.0

@@ -75,3 +75,19 @@ def test_a_trace_without_module_spans_has_no_module_table(realtraces):
 
     (path,) = find_traces(str(realtraces / "resnet50_v100_workers0"))
     assert module_times(load_trace(path).spans, steps=3) == []
+
+
+def test_a_compiled_region_is_one_unit_named_by_its_graph():
+    trace = [
+        span("Torch-Compiled Region: 0/1", 0, 200),
+        span("CompiledFunction", 10, 150, **{"Sequence number": 40}),
+        span(
+            "autograd::engine::evaluate_function: CompiledFunctionBackward",
+            300,
+            90,
+            **{"Sequence number": 40},
+        ),
+    ]
+    (region,) = module_times(trace, steps=1)
+    assert region.path == "Torch-Compiled Region: 0/1" and region.calls == 1
+    assert region.forward_ms == pytest.approx(0.200) and region.backward_self_ms == pytest.approx(0.090)

@@ -31,6 +31,7 @@ from lightning_perf.traces.read.spans import (
 
 MODULE_PREFIX = "nn.Module: "  # as collect.profiling.module_spans names them
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+COMPILED_PREFIX = "Torch-Compiled Region: "  # dynamo's span around a compiled graph's run
 TOP_MODULES = 10
 TOP_MODULE_OPERATORS = 3
 
@@ -52,8 +53,11 @@ def module_times(events: Iterable[Mapping[str, Any] | Span], steps: int) -> list
     cols = _columns(events)
     names = cols.names
     module_name = np.array([name.startswith(MODULE_PREFIX) for name in names], dtype=bool)
+    compiled_name = np.array([name.startswith(COMPILED_PREFIX) for name in names], dtype=bool)
     backward_name = np.array([name.startswith(BACKWARD_PREFIX) for name in names], dtype=bool)
-    is_module = module_name[cols.name_code] & cols.in_cats({USER_ANNOTATION_CAT})
+    is_module = (
+        module_name[cols.name_code] & cols.in_cats({USER_ANNOTATION_CAT}) | compiled_name[cols.name_code]
+    )
     if not is_module.any():
         return []
     is_operator = cols.in_cats(OPERATOR_CATS)
@@ -95,7 +99,7 @@ def _forward_pass(
         inside = _innermost_module(stack)
         name = names[cols.name_code[index]]
         if is_module[index]:
-            path = name[len(MODULE_PREFIX) :]
+            path = _path(name)
             module = modules.setdefault(path, _Module(path))
             module.calls += 1
             module.forward_us += end - start
@@ -145,7 +149,7 @@ def _kernel_pass(
             if launched:
                 _charge_kernels(stack, modules, created_by, cols, launched)
         elif is_module[index]:
-            stack.append((end, "module", names[cols.name_code[index]][len(MODULE_PREFIX) :]))
+            stack.append((end, "module", _path(names[cols.name_code[index]])))
         elif backward_name[cols.name_code[index]]:
             stack.append((end, "backward", index))
         else:
@@ -170,6 +174,12 @@ def _columns(events: Iterable[Mapping[str, Any] | Span]) -> Any:
     builder = ColumnsBuilder()
     builder.add_spans(spans, sequences=sequences)
     return builder.columns(spans)
+
+
+def _path(name: str) -> str:
+    """A module span's path; a compiled region (one unit: its modules run inside the graph) keeps dynamo's name,
+    ``Torch-Compiled Region: 0/5`` (frame 0, its 6th compilation)."""
+    return name[len(MODULE_PREFIX) :] if name.startswith(MODULE_PREFIX) else name
 
 
 def _innermost_module(stack: list[tuple[float, str, Any]]) -> str | None:
@@ -236,7 +246,7 @@ def _figures(modules: dict[str, _Module], steps: int) -> list[ModuleTime]:
         times.append(
             ModuleTime(
                 path=path,
-                calls=round(module.calls / steps),
+                calls=module.calls,
                 forward_ms=module.forward_us / 1e3 / steps,
                 forward_self_ms=max(0.0, module.forward_self_us) / 1e3 / steps,
                 backward_ms=backward_total[path] / 1e3 / steps,
