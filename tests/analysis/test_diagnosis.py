@@ -647,11 +647,14 @@ def test_a_wait_share_near_a_line_is_worded_by_its_interval():
         settings=Settings(num_workers=0, cpu_count=4),
     )
     (finding,) = [f for f in diagnose(near) if f.id == "input_bound"]
-    assert finding.title == "Training is moderately or highly input-bound"
+    # one verdict a card: the estimate's grade, and the line its interval crosses (issue 49)
+    assert finding.title == "Training is moderately input-bound (its 95% interval crosses the 20.0% line)"
     assert "95% interval 14.0-22.0%" in finding.evidence and "across the 20.0% line" in finding.evidence
     wide = RunSummary(timing=TimingSummary(data_wait_pct=8.0, data_wait_pct_low=2.0, data_wait_pct_high=30.0))
     (finding,) = [f for f in diagnose(wide) if f.id == "input_bound"]
-    assert finding.title == "Training is not, moderately or highly input-bound"
+    assert finding.title == (
+        "Training is moderately input-bound (its 95% interval crosses the 5.0% and 20.0% lines)"
+    )
     assert "across the 5.0% and 20.0% lines" in finding.evidence
     clear = RunSummary(
         timing=TimingSummary(data_wait_pct=45.0, data_wait_pct_low=40.0, data_wait_pct_high=50.0)
@@ -669,3 +672,22 @@ def test_a_wait_share_near_a_line_is_worded_by_its_interval():
     assert "other processes used 0.9 of 2 cores (45.0%)" in noisy.evidence
     assert "timings may be off by" in noisy.evidence and "p10-p90 50.0% of the median" in noisy.evidence
     assert "load average 3.10" in noisy.evidence and "--repeats" in noisy.recommendation
+
+
+@pytest.mark.parametrize(
+    ("pct", "low", "high"), [(3.5, 1.1, 5.8), (8.0, 2.0, 30.0), (18.0, 14.0, 22.0), (21.0, 4.0, 40.0)]
+)
+def test_a_verdict_card_names_one_grade_and_says_the_interval_spans_others(pct, low, high):
+    summary = RunSummary(
+        timing=TimingSummary(data_wait_pct=pct, data_wait_pct_low=low, data_wait_pct_high=high)
+    )
+    (finding,) = [f for f in diagnose(summary) if f.id == "input_bound"]
+    named = [grade for grade in ("not input-bound", "moderately", "highly") if grade in finding.title]
+    assert len(named) == 1, finding.title
+    assert "interval crosses the" in finding.title
+    # the card's headline reads the grade of its title
+    from lightning_perf.analysis.findings_render import render_markdown
+    from lightning_perf.analysis.rules.thresholds import VERDICTS
+
+    (grade,) = [v for v in VERDICTS if v in finding.title]
+    assert f"**Verdict: {grade}.**" in render_markdown([finding], summary)

@@ -68,8 +68,9 @@ def wait_share_grade(pct: float) -> str:
 def graded_words(summary: RunSummary, verdict: str) -> tuple[str, str]:
     """The verdict as worded for people, and the interval's part of the evidence.
 
-    A share whose interval crosses a grade's line gets every grade it spans ("moderately or highly
-    input-bound"), so the wording does not flip between runs that differ only by noise.
+    A share whose interval crosses a grade's line keeps the estimate's grade and says so ("moderately input-bound
+    (its 95% interval crosses the 20.0% line)"): one verdict a card, never a title made of every grade, and the
+    crossing says why a rerun may read the next grade.
     """
     timing = summary.timing
     low, high = _num(timing.data_wait_pct_low), _num(timing.data_wait_pct_high)
@@ -81,12 +82,9 @@ def graded_words(summary: RunSummary, verdict: str) -> tuple[str, str]:
     grades = list(reversed(VERDICTS[min(ends) : max(ends) + 1]))
     if len(grades) == 1:
         return verdict, interval
-    # "not input-bound" + "moderately input-bound" -> "not or moderately input-bound"
-    words = [g.removesuffix(" input-bound") for g in grades]
-    spanned = ", ".join(words[:-1]) + " or " + words[-1] + " input-bound"
     lines = [line for line in (INPUT_BOUND_MODERATE_PCT, INPUT_BOUND_HIGH_PCT) if low < line <= high]
-    crossing = " and ".join(f"{_fmt(line)}%" for line in lines)
-    return spanned, interval + f", across the {crossing} line" + ("s" if len(lines) > 1 else "")
+    crossing = " and ".join(f"{_fmt(line)}%" for line in lines) + " line" + ("s" if len(lines) > 1 else "")
+    return f"{verdict} (its 95% interval crosses the {crossing})", interval + f", across the {crossing}"
 
 
 def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
@@ -109,7 +107,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             title=f"Training is {words}",
             evidence=evidence + f"{below}.",
             recommendation="The DataLoader keeps up; look at compute, not the input pipeline."
-            if words == verdict
+            if "crosses" not in words
             else "The DataLoader mostly keeps up; look at compute first, the input pipeline second.",
         )
     timing = summary.timing
