@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import statistics
 
 import lightning as L
@@ -281,5 +282,8 @@ def test_a_step_of_elementwise_work_is_low_mfu_from_memory_bound_operators(tmp_p
     summary, _ = fit_logged(tmp_path, caplog, Elementwise(4096), data, active=6)
     (finding,) = [f for f in summary.findings if f.id == "low_mfu"]
     assert "Memory-bound operators: aten::" in finding.evidence
-    assert "The FLOPs sit in head (100%)." in finding.evidence
+    # the module holding the FLOPs, joined with the profiled cycle's module table: its time and rate there
+    assert re.search(
+        r"The FLOPs sit in head \(100%: [\d.]+ ms a profiled step, [\d.]+% of the peak\)\.", finding.evidence
+    )
     assert "the elementwise and normalization ones above first" in finding.recommendation

@@ -49,7 +49,7 @@ def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
     if limit is None or mfu is None or verdict != VERDICTS[2] or mfu >= LOW_MFU_PCT:
         return None
     causes = _causes(limit, summary)
-    modules = _modules(limit)
+    modules = _modules(limit, summary)
     evidence = (
         f"MFU {pct_text(mfu)}%: {flops_text(limit.step.flops)} a step at {flops_text(limit.achieved_flops_per_s or 0)}"
         f"/s against this device's measured {flops_text(limit.peak.measured_flops_per_s or 0)}/s "
@@ -139,11 +139,26 @@ def _precision(limit: ComputeLimit) -> str | None:
     return None
 
 
-def _modules(limit: ComputeLimit) -> str:
-    """The leaf modules holding most of the counted FLOPs, with their share."""
+def _modules(limit: ComputeLimit, summary: RunSummary) -> str:
+    """The leaf modules holding most of the counted FLOPs, with their share; joined with the module table of a
+    profiled cycle (its forward and backward time a step, by module path), the rate each reached in it."""
     total = limit.step.flops
-    leaves = [m for m in limit.step.modules if m.leaf][:3]
-    return ", ".join(f"{m.path} ({m.flops / total * 100:.0f}%)" for m in leaves) if total else ""
+    if not total:
+        return ""
+    table = next((f.modules for f in summary.trace_figures if f.modules), [])
+    times = {m.path: m for m in table}
+    peak = limit.peak.measured_flops_per_s if limit.peak else None
+    named = []
+    for module in [m for m in limit.step.modules if m.leaf][:3]:
+        text = f"{module.path} ({module.flops / total * 100:.0f}%"
+        row = times.get(module.path)
+        gpu_ms = (row.gpu_forward_ms + row.gpu_backward_ms) if row is not None else 0.0
+        ms = gpu_ms or ((row.forward_ms + row.backward_ms) if row is not None else 0.0)
+        if ms > 0 and peak:
+            rate = module.flops / (ms / 1e3)
+            text += f": {ms:.3g} ms a profiled step, {pct_text(rate / peak * 100)}% of the peak"
+        named.append(text + ")")
+    return ", ".join(named)
 
 
 def _advice(causes: list[str]) -> str:
