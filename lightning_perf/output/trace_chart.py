@@ -58,8 +58,12 @@ def _steps(axes: Any, label: str, figures: dict[str, Any]) -> None:
         if any(heights):
             axes.bar(range(len(steps)), heights, bottom=bottoms, color=color, label=name)
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    axes.set_title(f"{label}: step breakdown (ms)", fontsize=9)
-    axes.set_xticks(range(len(steps)), step_labels(figures))
+    labels = step_labels(figures)
+    covered = (
+        f"profiled steps {labels[0]}-{labels[-1]}" if len(labels) > 1 else f"profiled step {''.join(labels)}"
+    )
+    axes.set_title(f"{label}: step breakdown (ms), {covered}", fontsize=9)
+    axes.set_xticks(range(len(steps)), labels)
     axes.set_xlabel("profiled step", fontsize=8)
     if steps:
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -113,7 +113,7 @@ def test_diagnose_rejects_other_types():
 def test_evidence_states_the_means_the_share_is_made_of():
     finding = by_id(diagnose(make(43.2, step_ms=12.1, wait_ms=5.3)), "input_bound")
     assert finding.evidence == (
-        "DataLoader wait is 43.2% of step time (mean step 12.1 ms, mean wait 5.3 ms)."
+        "DataLoader wait is 43.2% of step time (over all 100 timed steps: mean step 12.1 ms, mean wait 5.3 ms)."
     )
 
 
@@ -521,7 +521,7 @@ def test_markdown_report_states_verdict_numbers_and_changes():
     text = render_markdown(diagnose(summary), summary)
     assert text.startswith("## lightning-perf diagnosis: run-a")
     assert "**Verdict: highly input-bound.**" in text
-    assert "43.2% of step time (mean step 12.1 ms, mean wait 5.3 ms)" in text
+    assert "43.2% of step time (over all 100 timed steps: mean step 12.1 ms, mean wait 5.3 ms)" in text
     assert "| Severity | Finding | Evidence | Recommendation | Settings change |" in text
     assert "`pin_memory=True`" in text and "`precision='bf16-mixed'`" in text
     rows = [line for line in text.splitlines() if line.startswith("| ")]

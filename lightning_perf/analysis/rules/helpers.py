@@ -16,7 +16,9 @@ def means(summary: RunSummary) -> str:
     step, wait = summary.timing.step_time_ms, summary.timing.data_wait_ms
     if step is None or wait is None:
         return ""
-    return f" (mean step {_fmt(step.mean)} ms, mean wait {_fmt(wait.mean)} ms)"
+    steps = summary.timing.steps
+    over = f"over all {steps} timed steps: " if steps else ""  # which steps a figure covers (issue 49)
+    return f" ({over}mean step {_fmt(step.mean)} ms, mean wait {_fmt(wait.mean)} ms)"
 
 
 def others(count: int) -> str:
