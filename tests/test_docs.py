@@ -52,8 +52,20 @@ def slug(heading: str) -> str:
 
 
 def anchors(path: Path) -> set[str]:
+    """A page's anchors: its headings' slugs and the ids of its inline HTML (``<a id="input_bound"></a>``)."""
     text = FENCE.sub("", path.read_text(encoding="utf-8"))
-    return {slug(h.replace("`", "")) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+    headings = {slug(h.replace("`", "")) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+    return headings | set(re.findall(r"<a id=\"([^\"]+)\"></a>", text))
+
+
+def link_lands(page: Path, target: str) -> bool:
+    """Whether a relative link written on ``page`` reaches a file in the repository and, if it names one, an
+    anchor of that file."""
+    file, _, anchor = target.partition("#")
+    linked = (page.parent / file).resolve() if file else page
+    if not linked.is_file() or ROOT not in linked.parents:
+        return False
+    return not (anchor and linked.suffix == ".md" and anchor not in anchors(linked))
 
 
 def finding_ids() -> dict[str, str]:
@@ -109,12 +121,8 @@ def test_every_relative_link_points_to_a_file_that_exists(path: Path):
     for target in LINK.findall(text):
         if re.match(r"[a-z]+:", target):  # https:, mailto:
             continue
-        file, _, anchor = target.partition("#")
-        linked = (path.parent / file).resolve() if file else path
-        if not linked.is_file() or ROOT not in linked.parents:
+        if not link_lands(path, target):
             broken.append(target)
-        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
-            broken.append(f"{target} (no such heading)")
     assert not broken, f"{path.relative_to(ROOT)}: broken links {broken}"
 
 
@@ -124,6 +132,12 @@ def test_every_finding_id_in_the_code_is_on_the_findings_page():
     text = (DOCS / "findings.md").read_text(encoding="utf-8")
     missing = {i: where for i, where in ids.items() if f"`{i}`" not in text}
     assert not missing, f"finding ids missing from docs/findings.md: {missing}"
+
+
+def test_every_finding_id_has_an_anchor_on_the_findings_page():
+    # a finding names its id; `findings.md#<id>` (from any page) lands on that id's row
+    missing = [i for i in sorted(finding_ids()) if not link_lands(DOCS / "index.md", f"findings.md#{i}")]
+    assert not missing, f'no anchor on docs/findings.md for {missing}: add <a id="ID"></a> to its row'
 
 
 def test_the_docs_quick_start_is_the_readmes():
@@ -165,6 +179,9 @@ def test_the_site_builds_strictly(tmp_path: Path):
         timeout=300,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    findings = (tmp_path / "site" / "findings" / "index.html").read_text(encoding="utf-8")
+    unanchored = [i for i in sorted(finding_ids()) if f'id="{i}"' not in findings]
+    assert not unanchored, f"the built findings page has no anchor for {unanchored}"
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
     assert api.count('id="lightning_perf.') >= 11  # a reference entry a public name, from the docstrings
 
