@@ -4,7 +4,9 @@ the findings page, and ``mkdocs build --strict`` passes."""
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib
 import importlib.util
 import os
 import re
@@ -22,6 +24,7 @@ README_LIMIT_BYTES = 25 * 1024
 PAGES = sorted(DOCS.rglob("*.md"))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+PAGE_WORD_LIMIT = 1500  # words outside tables and code: a page longer than this is split by topic
 
 
 def section(text: str, title: str) -> str:
@@ -138,6 +141,67 @@ def test_every_finding_id_has_an_anchor_on_the_findings_page():
     # a finding names its id; `findings.md#<id>` (from any page) lands on that id's row
     missing = [i for i in sorted(finding_ids()) if not link_lands(DOCS / "index.md", f"findings.md#{i}")]
     assert not missing, f'no anchor on docs/findings.md for {missing}: add <a id="ID"></a> to its row'
+
+
+def prose_words(path: Path) -> int:
+    """A page's words outside fenced code and table rows (lines starting with ``|``)."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return sum(len(line.split()) for line in text.splitlines() if not line.startswith("|"))
+
+
+def test_no_page_is_a_wall_of_text():
+    long = {p.relative_to(DOCS).as_posix(): n for p in PAGES if (n := prose_words(p)) > PAGE_WORD_LIMIT}
+    assert not long, (
+        f"pages over {PAGE_WORD_LIMIT} words outside tables and code (split them by topic): {long}"
+    )
+
+
+def flag_rows(command: str) -> list[str]:
+    """The start of each row of a command's flags table, ``| flag | default |``, from its argparse definitions."""
+    from lightning_perf.cli import COMMANDS
+
+    parser = argparse.ArgumentParser(prog=f"lightning-perf {command}")
+    importlib.import_module(COMMANDS[command]).add_arguments(parser)
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if not action.option_strings:
+            flag = f"`{action.metavar or action.dest.upper()}`" + (
+                " ..." if action.nargs in ("+", "*") else ""
+            )
+        elif action.nargs == 0:
+            flag = ", ".join(f"`{o}`" for o in action.option_strings)
+        else:
+            metavar = action.metavar or (
+                "{" + ",".join(map(str, action.choices)) + "}" if action.choices else action.dest.upper()
+            )
+            flag = f"`{action.option_strings[0]} {metavar}`"
+        if action.required or not action.option_strings:
+            default = "required"
+        elif isinstance(action, argparse._StoreTrueAction):
+            default = "off"
+        elif action.default in (None, []):
+            default = "none"
+        else:
+            default = f"`{action.default}`"
+        rows.append(f"| {flag} | {default} |")
+    return rows
+
+
+def test_every_command_has_a_page_with_every_flag_and_its_default():
+    from lightning_perf.cli import COMMANDS
+
+    index = (DOCS / "commands.md").read_text(encoding="utf-8")
+    for command in COMMANDS:
+        page = DOCS / f"command-{command}.md"
+        assert page.is_file() and f"](command-{command}.md)" in index, f"no page docs/command-{command}.md"
+        text = page.read_text(encoding="utf-8")
+        assert "| flag | default | what it does |" in text, f"{page.name}: no flags table"
+        missing = [row for row in flag_rows(command) if row not in text]
+        assert not missing, (
+            f"docs/command-{command}.md: flags table rows missing or with another default: {missing}"
+        )
 
 
 def test_the_docs_quick_start_is_the_readmes():
