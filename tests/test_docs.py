@@ -23,6 +23,9 @@ README = ROOT / "README.md"
 README_LIMIT_BYTES = 25 * 1024
 PAGES = sorted(DOCS.rglob("*.md"))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)|<img [^>]*src=\"([^\"]+)\"")
+# the pages a user reads to see what they get: each shows it (the end-of-fit answer, the Perf tab, a report PNG)
+PICTURED = ("index.md", "callback.md", "findings.md", "commands.md", "perf-tab.md")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 PAGE_WORD_LIMIT = 1500  # words outside tables and code: a page longer than this is split by topic
 
@@ -202,6 +205,23 @@ def test_every_command_has_a_page_with_every_flag_and_its_default():
         assert not missing, (
             f"docs/command-{command}.md: flags table rows missing or with another default: {missing}"
         )
+
+
+def images(path: Path) -> list[str]:
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return [a or b for a, b in IMAGE.findall(text)]
+
+
+@pytest.mark.parametrize("path", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_image_a_page_shows_exists(path: Path):
+    # mkdocs --strict builds a page whose image is missing: this test is what fails
+    missing = [src for src in images(path) if not (path.parent / src).is_file()]
+    assert not missing, f"{path.relative_to(ROOT)}: images not found {missing}"
+
+
+@pytest.mark.parametrize("name", PICTURED)
+def test_the_pages_of_what_a_user_sees_show_it(name: str):
+    assert images(DOCS / name), f"docs/{name} has no picture of what the user sees"
 
 
 def test_the_docs_quick_start_is_the_readmes():
