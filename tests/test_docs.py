@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import html
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import subprocess
@@ -268,6 +270,19 @@ def test_the_site_builds_strictly(tmp_path: Path):
     assert not unanchored, f"the built findings page has no anchor for {unanchored}"
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
     assert api.count('id="lightning_perf.') >= 11  # a reference entry a public name, from the docstrings
+    # PerfCallback opens with its signature, every argument with its default, not its computed bases
+    text = html.unescape(re.sub(r"<[^>]+>", "", api))
+    assert "callback_bases" not in text, "the API page shows PerfCallback's computed bases"
+    found = re.search(r"PerfCallback\(\s*(skip_first=5,.*?)\)\s", text, re.S)
+    assert found, "the API page shows no PerfCallback(skip_first=5, ...) signature"
+    shown = re.sub(r"\s+", "", found.group(1)).rstrip(",").split(",")
+    from lightning_perf import PerfCallback
+
+    expected = [
+        f"{name}={param.default!r}".replace("'", '"')
+        for name, param in inspect.signature(PerfCallback).parameters.items()
+    ]
+    assert shown == expected, f"the API page's PerfCallback signature {shown} is not the code's {expected}"
 
 
 def has(module: str) -> bool:
