@@ -53,6 +53,25 @@ def test_a_quick_fetch_with_0_workers_keeps_0():
     assert by_id(summary, "input_bound").settings_change == {}
 
 
+def test_a_probe_that_timed_only_0_workers_leaves_it_to_the_hand_off():
+    """CI: a probe whose budget a busy machine spent on 0 workers alone ('suggested 0', nothing beside it) advised
+    'num_workers=1' from the rule that 0 workers never overlap; the measured hand-off says 0 stays fastest."""
+    summary = with_handoff(storage_run(0, wait_pct=14.0, step_ms=0.72, wait_ms=0.1))
+    summary.probes["num_workers"] = {
+        "suggested": 0,
+        "reason": "0 workers: the only count timed within the budget",
+        "candidates": [
+            {"num_workers": 0, "batches_per_sec": 9000.0},
+            {"num_workers": 1, "error": "budget spent"},
+        ],
+    }
+    workers, why = suggest_workers(summary)
+    assert workers is None and "the num_workers probe timed no worker count beside 0" in why
+    # without a hand-off figure, the rule stands: 0 workers never overlap the step
+    del summary.probes["handoff"]
+    assert suggest_workers(summary)[0] == 1
+
+
 def test_workers_idle_on_the_hand_off_are_told_0():
     """2 workers handing over cheap batches (load 0.1 ms timed after the fit): fewer workers, down to 0."""
     summary = with_handoff(storage_run(2, wait_pct=45.0, step_ms=3.5, wait_ms=1.6))

@@ -37,6 +37,7 @@ NON_DEFAULTS = {
     "log_hparams": False,
     "trace_ranks": [0],
     "profile_on_slowdown": False,
+    "flops_per_batch": 1.5e9,
 }
 
 

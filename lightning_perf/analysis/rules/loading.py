@@ -184,7 +184,11 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
         ):
             return suggested, f"measured by the num_workers probe: {reason}"
         if current == 0 and not _probe_compared(probe, 0):
-            # a probe that timed no worker count beside 0 cannot undo that 0 workers never overlap the step
+            # a probe that timed no worker count beside 0 (its budget spent on a busy machine) cannot undo that 0
+            # workers never overlap the step, but the measured hand-off can: it decides where there is one
+            charged = charged_choice(summary, None)
+            if charged is not None:
+                return charged[0], f"{charged[1]} (the num_workers probe timed no worker count beside 0)"
             return (
                 1,
                 "with 0 workers loading never overlaps the step; the num_workers probe found no more needed",
