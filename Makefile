@@ -68,6 +68,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_fetch_cpu.py
 	$(BIN)/python benchmarks/bench_traces.py
 	$(BIN)/python benchmarks/bench_handoff.py
+	$(BIN)/python benchmarks/bench_hook_profiler.py
 
 clean:
 	rm -rf $(VENV) perf_logs lightning_logs .pytest_cache site

@@ -4,10 +4,10 @@ Lightning asks ``trainer.profiler`` to time every hook it calls, by name
 (``with trainer.profiler.profile("[Callback]ModelCheckpoint.on_train_batch_end"): ...``). During a fit the
 callback puts a :class:`HookProfiler` in its place: it keeps the self time of each name (its time less the
 names inside it) and hands ``start``/``stop`` on to the user's own profiler, which keeps its report. With
-Lightning's default ``PassThroughProfiler`` it costs half of what that one does (0.54 against 1.08 us a hook
-here: a class with ``__enter__``/``__exit__`` instead of a generator context manager), so timing every hook
-makes a step cheaper, not dearer. The loggers' ``log_metrics``/``save`` are timed the same way, by a wrapper on
-each logger instance, removed after the fit.
+Lightning's default ``PassThroughProfiler`` it costs less than that one does (0.90 against 1.16 us a hook here,
+benchmarks/bench_hook_profiler.py: a class with ``__enter__``/``__exit__`` instead of a generator context
+manager), so timing every hook makes a step cheaper, not dearer. The loggers' ``log_metrics``/``save`` are
+timed the same way, by a wrapper on each logger instance, removed after the fit.
 
 Per batch the names' seconds go to a dict of their own; the step clock's boundaries rotate it
 (:meth:`next_batch`), a batch the clock leaves out (a compilation, the FLOP count) is dropped with it, and the
