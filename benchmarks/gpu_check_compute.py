@@ -10,7 +10,7 @@ import torch
 from bench_peak import SIZES, long_peak
 from gpu_check_fits import CheckResult, Context, cached_fit, result
 
-from lightning_perf.analysis.compute_limit import flops_text
+from lightning_perf.analysis.compute.limit import flops_text
 from lightning_perf.probes.device_peak import DTYPES
 
 # The end-of-fit peak within 2x of the longer benchmark's (issue 44's line); on a GPU also at most the datasheet's

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from lightning_perf.analysis.compute import step_rules
+from lightning_perf.analysis.compute import mfu_rules, step_rules
 from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.rules import compile as rules_compile
 from lightning_perf.analysis.rules import device as rules_device
 from lightning_perf.analysis.rules import inputs as rules_input
 from lightning_perf.analysis.rules import memory as rules_memory
-from lightning_perf.analysis.rules import mfu as rules_mfu
 from lightning_perf.analysis.rules import noise as rules_noise
 from lightning_perf.analysis.rules import pipeline as rules_pipeline
 from lightning_perf.analysis.rules import run as rules_run
@@ -42,7 +41,7 @@ RULES = (
     rules_device.cudnn_benchmark,
     rules_device.low_gpu_util,
     rules_device.mixed_precision,
-    rules_mfu.low_mfu,
+    mfu_rules.low_mfu,
     rules_run.validation_share,
     rules_run.checkpoint_share,
     rules_input.workers_exceed_cores,

@@ -24,7 +24,7 @@ from lightning_perf.analysis.compute.anatomy_text import (
     module_lines,
     module_markdown,
 )
-from lightning_perf.analysis.compute_limit import mfu_line
+from lightning_perf.analysis.compute.limit import mfu_line
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import change_text

@@ -19,7 +19,7 @@ from typing import Any
 from lightning_perf.analysis.changepoint import Slowdown
 from lightning_perf.analysis.compile_summary import CompileSummary
 from lightning_perf.analysis.compute.anatomy import StepAnatomy
-from lightning_perf.analysis.compute_limit import ComputeLimit
+from lightning_perf.analysis.compute.limit import ComputeLimit
 from lightning_perf.analysis.memory_series import MemorySeries
 from lightning_perf.analysis.summary_decode import FieldError, build
 from lightning_perf.analysis.trace_figures import TraceFigures

@@ -17,7 +17,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from lightning_perf import console
-from lightning_perf.analysis.compute_limit import MAX_MODULES, ModuleFlops, StepFlops
+from lightning_perf.analysis.compute.limit import MAX_MODULES, ModuleFlops, StepFlops
 
 if TYPE_CHECKING:
     from lightning_perf.collect.config import PerfConfig

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lightning_perf import console
-from lightning_perf.analysis.compute_limit import StepFlops
+from lightning_perf.analysis.compute.limit import StepFlops
 from lightning_perf.analysis.summary import TraceFile
 from lightning_perf.collect import compile_events
 from lightning_perf.collect.cuda_events import CudaStepEvents

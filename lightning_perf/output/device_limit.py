@@ -12,7 +12,7 @@ from typing import Any
 
 from lightning_perf import console
 from lightning_perf.analysis import metrics
-from lightning_perf.analysis.compute_limit import compute_limit, run_dtype
+from lightning_perf.analysis.compute.limit import compute_limit, run_dtype
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.steps.step_clock import STEP_TIME_MS

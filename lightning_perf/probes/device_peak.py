@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from lightning_perf import console
-from lightning_perf.analysis.compute_limit import DevicePeak
-from lightning_perf.analysis.datasheet_peaks import lookup
+from lightning_perf.analysis.compute.datasheet_peaks import lookup
+from lightning_perf.analysis.compute.limit import DevicePeak
 from lightning_perf.atomic_file import atomic_open
 
 log = console.logger(__name__)

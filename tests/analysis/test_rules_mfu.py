@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_perf.analysis.compute_limit import DevicePeak, ModuleFlops, StepFlops, compute_limit, mfu_line
-from lightning_perf.analysis.datasheet_peaks import lookup
+from lightning_perf.analysis.compute.datasheet_peaks import lookup
+from lightning_perf.analysis.compute.limit import DevicePeak, ModuleFlops, StepFlops, compute_limit, mfu_line
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.trace_figures import TopOperator, TraceFigures
 from tests.analysis.test_diagnosis import by_id, make

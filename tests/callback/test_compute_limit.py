@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_perf import PerfCallback
 from lightning_perf.analysis import metrics
-from lightning_perf.analysis.compute_limit import flops_text
+from lightning_perf.analysis.compute.limit import flops_text
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.flop_count import COMPILED, COUNTED_BATCH
 from lightning_perf.errors import ConfigError

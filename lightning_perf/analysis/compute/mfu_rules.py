@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from lightning_perf.analysis.compute_limit import ComputeLimit, flops_text, pct_text
-from lightning_perf.analysis.datasheet_peaks import lookup
+from lightning_perf.analysis.compute.datasheet_peaks import lookup
+from lightning_perf.analysis.compute.limit import ComputeLimit, flops_text, pct_text
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary

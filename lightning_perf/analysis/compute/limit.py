@@ -2,7 +2,7 @@
 
 The FLOPs of one training step (counted once a fit by :mod:`lightning_perf.collect.flop_count`, or the user's
 ``flops_per_batch``), the device's matmul peak (measured by :mod:`lightning_perf.probes.device_peak`, and the
-datasheet's from :mod:`lightning_perf.analysis.datasheet_peaks`), and what the run achieved against them (MFU).
+datasheet's from :mod:`lightning_perf.analysis.compute.datasheet_peaks`), and what the run achieved against them (MFU).
 Read by the ``low_mfu`` rule and the end-of-fit answer. Pure: no torch, no Lightning.
 """
 
