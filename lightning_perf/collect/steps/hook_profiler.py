@@ -10,8 +10,8 @@ manager), so timing every hook makes a step cheaper, not dearer. The loggers' ``
 timed the same way, by a wrapper on each logger instance, removed after the fit.
 
 Per batch the names' seconds go to a dict of their own; the step clock's boundaries rotate it
-(:meth:`next_batch`), a batch the clock leaves out (a compilation, the FLOP count) is dropped with it, and the
-batches are summed at each logging window, off the step's clock.
+(:meth:`next_batch`), a batch the clock leaves out (a compilation, the FLOP count) is marked, and the batches
+are sorted and summed at each logging window, off the step's clock.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from lightning_perf.collect.profiling.module_spans import ModuleSpans, recording
 
 _enter_span = torch.ops.profiler._record_function_enter_new
 _exit_span = torch.ops.profiler._record_function_exit
+_DROPPED = "lightning_perf: dropped"  # the mark of a batch left out (no hook is named so)
 
 
 class HookProfiler:
@@ -42,8 +43,7 @@ class HookProfiler:
         self._stack: list[list[Any]] = []  # [name, start, seconds of the names inside]
         self._name = ""
         self._current: dict[str, float] = {}
-        self._drop_current = False
-        self._batches: list[dict[str, float]] = []  # the batches since the last window
+        self._batches: list[dict[str, float]] = []  # the batches since the last window, kept or not
         self.window_seconds: dict[str, float] = {}  # summed by take_window
         self.total_seconds: dict[str, float] = {}
         self.total_batches = 0
@@ -97,17 +97,16 @@ class HookProfiler:
     # -- the step clock's events ----------------------------------------------------------------------------
 
     def next_batch(self) -> None:
-        """A batch boundary: the batch that ends is kept, unless its step was left out. What ran between the
-        last batch of an epoch (or the fit's start) and the next fetch is no batch: it ran no training batch."""
-        if self._drop_current:
-            self._drop_current = False
-        elif anatomy.RUN_TRAINING_BATCH in self._current:
-            self._batches.append(self._current)
-        self._current = {}
+        """A batch boundary, on the step's clock: only a swap; which batches count is decided off the clock,
+        in :meth:`take_window`. An empty batch (no hook ran) is no batch and costs no new dict."""
+        current = self._current
+        if current:
+            self._batches.append(current)
+            self._current = {}
 
     def drop_batch(self) -> None:
         """The open step is left out of the figures (it compiled, or its FLOPs were counted)."""
-        self._drop_current = True
+        self._current[_DROPPED] = 1.0
 
     def exclude(self, seconds: float) -> None:
         """The callback's own work inside the open step, left out of the step's time."""
@@ -116,11 +115,14 @@ class HookProfiler:
 
     def take_window(self) -> tuple[dict[str, float], int]:
         """The seconds per name of the batches kept since the last call, and how many batches they are."""
-        seconds: dict[str, float] = {}
-        for batch in self._batches:
-            anatomy.merge(seconds, batch)
-        batches = len(self._batches)
+        # a batch whose step was left out is dropped; what ran between the last batch of an epoch (or the fit's
+        # start) and the next fetch is no batch either: it ran no training batch
+        kept = [b for b in self._batches if _DROPPED not in b and anatomy.RUN_TRAINING_BATCH in b]
         self._batches = []
+        seconds: dict[str, float] = {}
+        for batch in kept:
+            anatomy.merge(seconds, batch)
+        batches = len(kept)
         anatomy.merge(self.total_seconds, seconds)
         self.total_batches += batches
         return seconds, batches
