@@ -20,6 +20,7 @@ def free_port() -> int:
 
 class TensorBoardServer:
     def __init__(self, logdir: str) -> None:
+        self.logdir = logdir
         self.port = free_port()
         self.process = subprocess.Popen(
             [

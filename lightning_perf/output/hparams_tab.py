@@ -1,12 +1,15 @@
-"""TensorBoard's HParams tab for one run: the settings that explain speed first, values as they are.
+"""TensorBoard's HParams tab: the columns that tell the runs apart first, values as they are.
 
-TensorBoard's hparams plugin reads the experiment (its columns) from the ``_hparams_/experiment`` summary and
-sorts the columns by ``differs`` (True first), then by name, and shows the first few by default. So the
-experiment written here lists the speed-relevant settings first and marks :data:`SHOWN` as ``differs``: those
-are the columns a new user sees (``batch_size``, ``cudnn_benchmark``, ``num_workers``, ``pin_memory``,
-``precision``), the rest one click away. Booleans keep a boolean domain (``true``/``false``, as ``compare``
-says them), versions stay strings, and ``hp_metric`` is a metric only when the user logs one: no ``-1``
-placeholder.
+TensorBoard's hparams plugin reads the columns (the experiment) from one ``_hparams_/experiment`` summary, the
+first it finds, and each run's values from its own session summaries; it sorts the columns by ``differs``
+(True first), then by name, and shows the first five. An experiment written by each run would be the first
+run's, written before the others existed. So each run writes its values (:func:`session_summaries`), and one
+experiment for all the runs of a log folder (:func:`experiment_summary`, written by
+:mod:`lightning_perf.output.hparams_experiment`) marks as ``differs`` the settings and hyperparameters whose
+values differ between them, then, up to five columns, the speed settings (``num_workers``, ``precision``,
+``batch_size``, ...): what a user sees first is what tells the runs apart. Booleans keep a boolean domain
+(``true``/``false``, as ``compare`` says them), versions stay strings, columns and metrics have display names,
+and ``hp_metric`` is a metric only when the user logs one: no ``-1`` placeholder.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ SPEED_SETTINGS = (
     "accelerator",
     "gpu_name",
 )
-# the columns shown by default: TensorBoard shows ``differs`` columns first (see the module docstring)
-SHOWN = frozenset(PREFIX + name for name in SPEED_SETTINGS[:5])
+# TensorBoard's HParams tab shows this many columns by default: the ``differs`` ones first
+SHOWN_COLUMNS = 5
 USER_METRIC = "hp_metric"
 
 
@@ -55,26 +58,66 @@ def plain(value: Any) -> bool | float | str:
     return str(value)
 
 
-def summaries(params: Mapping[str, Any], metric_tags: Sequence[str]) -> list[Any]:
-    """The experiment, session start and session end summaries of one finished run."""
+def session_summaries(params: Mapping[str, Any]) -> list[Any]:
+    """The session start and end summaries of one finished run: its values, in no session group of its own."""
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from tensorboard.plugins.hparams import summary_v2 as hp
 
-    values = {name: plain(value) for name, value in ordered(params).items() if value is not None}
-    infos = [_info(api_pb2, name, value) for name, value in values.items()]
-    experiment = api_pb2.Experiment(
-        hparam_infos=infos,
-        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metric_tags],
-        time_created_secs=time.time(),
-    )
+    values = plain_values(params)
     end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
     return [
-        _summary(hp, metadata.EXPERIMENT_TAG, experiment=experiment),
         _summary(hp, metadata.SESSION_START_INFO_TAG, session_start_info=_start(plugin_data_pb2, values)),
         hp._summary_pb(
             metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)
         ),
     ]
+
+
+def plain_values(params: Mapping[str, Any]) -> dict[str, bool | float | str]:
+    """``params`` in the tab's order, as the tab keeps them; no None."""
+    return {name: plain(value) for name, value in ordered(params).items() if value is not None}
+
+
+def default_columns(runs: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The columns marked ``differs``: those whose values differ between ``runs`` (absent in some counts), then
+    the speed settings, in their order, up to :data:`SHOWN_COLUMNS` in all."""
+    names = list(dict.fromkeys(name for run in runs for name in run))
+    differing = {name for name in names if len({repr(run.get(name)) for run in runs}) > 1}
+    room = SHOWN_COLUMNS - len(differing)
+    speed = [PREFIX + n for n in SPEED_SETTINGS if PREFIX + n in names and PREFIX + n not in differing]
+    return differing | set(speed[: max(room, 0)])
+
+
+def experiment_summary(
+    runs: Sequence[Mapping[str, Any]], metric_tags: Sequence[str], metric_names: Mapping[str, tuple[str, str]]
+) -> Any:
+    """The experiment of the runs of one log folder (``runs``: each one's values as :func:`plain_values` gives
+    them): every column any run has, :func:`default_columns` marked ``differs``; ``metric_names``: a tag's
+    display name and description."""
+    from tensorboard.plugins.hparams import api_pb2, metadata
+    from tensorboard.plugins.hparams import summary_v2 as hp
+
+    shown = default_columns(runs)
+    columns: dict[str, bool | float | str] = {}
+    for name in dict.fromkeys(name for run in runs for name in run):
+        values = [run[name] for run in runs if name in run]
+        # the column's type from its values; values of mixed kinds make a column of strings
+        columns[name] = values[0] if len({_kind(v) for v in values}) == 1 else str(values[0])
+    infos = [_info(api_pb2, name, value, name in shown) for name, value in ordered(columns).items()]
+    metrics = []
+    for tag in dict.fromkeys(metric_tags):
+        display, description = metric_names.get(tag, ("", ""))
+        metrics.append(
+            api_pb2.MetricInfo(
+                name=api_pb2.MetricName(tag=tag), display_name=display, description=description
+            )
+        )
+    experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics, time_created_secs=time.time())
+    return _summary(hp, metadata.EXPERIMENT_TAG, experiment=experiment)
+
+
+def _kind(value: Any) -> str:
+    return "bool" if isinstance(value, bool) else "str" if isinstance(value, str) else "number"
 
 
 def _summary(hp: Any, tag: str, **data: Any) -> Any:
@@ -96,8 +139,9 @@ def _start(plugin_data_pb2: Any, values: Mapping[str, bool | float | str]) -> An
     return start
 
 
-def _info(api_pb2: Any, name: str, value: bool | float | str) -> Any:
-    info = api_pb2.HParamInfo(name=name, differs=name in SHOWN)
+def _info(api_pb2: Any, name: str, value: bool | float | str, differs: bool) -> Any:
+    display = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+    info = api_pb2.HParamInfo(name=name, display_name=display, differs=differs)
     if isinstance(value, bool):
         info.type = api_pb2.DATA_TYPE_BOOL
         info.domain_discrete.extend([False, True])

@@ -12,7 +12,7 @@ from lightning_perf import console
 from lightning_perf.analysis import metrics as registry
 from lightning_perf.analysis.markdown import for_text_tab
 from lightning_perf.collect.namespaces import is_instance
-from lightning_perf.output import hparams_tab, other_loggers
+from lightning_perf.output import hparams_experiment, hparams_tab, other_loggers
 
 log = console.logger(__name__)
 
@@ -182,13 +182,23 @@ def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bo
                 writer.add_scalar(tag, value, global_step=0)
         logger.log_metrics(metrics, step=step)
         file_writer = writer._get_file_writer()
-        for proto in hparams_tab.summaries(params, tags):
+        for proto in hparams_tab.session_summaries(params):
             file_writer.add_summary(proto, step)
         writer.flush()
+        # the columns: one experiment for every run of the logger's folder (output.hparams_experiment)
+        hparams_experiment.save_values(logger.log_dir, hparams_tab.plain_values(params), tags)
+        hparams_experiment.write_experiment(os.path.dirname(os.path.normpath(logger.log_dir)), METRIC_NAMES)
     except Exception as err:
         log.warning("lightning-perf: could not write the HParams summary: %s", err)
         return False
     return True
+
+
+# the HParams tab's metric columns: display name and description (the unit in both)
+METRIC_NAMES = {
+    m.tag: (f"{m.label or m.name} ({m.unit})" if m.unit else m.label or m.name, m.meaning)
+    for m in registry.SUMMARY_METRICS
+}
 
 
 def _user_hparams(logger: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.rules import cross_rank
 from lightning_perf.analysis.rules.thresholds import SEVERITY_ORDER
-from lightning_perf.analysis.rules.trace import diagnose_trace
+from lightning_perf.analysis.rules.trace import diagnose_trace, settings_advice_superseded
 from lightning_perf.analysis.summary import Finding, GpuUtilization, RunSummary
 from lightning_perf.analysis.trace_figures import TopOperator, TraceFigures
 from lightning_perf.output import loggers as tensorboard
@@ -101,6 +101,10 @@ def with_trace_findings(summary: RunSummary) -> list[Finding]:
             old = merged.get(finding.id)
             if old is None or SEVERITY_ORDER.index(finding.severity) <= SEVERITY_ORDER.index(old.severity):
                 merged[finding.id] = finding
+    if settings_advice_superseded(
+        summary.trace_figures, summary.settings
+    ):  # what the operators computed wins
+        merged.pop("mixed_precision", None)
     return sorted(merged.values(), key=lambda f: SEVERITY_ORDER.index(f.severity))
 
 

@@ -1,0 +1,94 @@
+"""The HParams tab's one experiment for the runs of a log folder, rewritten as each run ends.
+
+TensorBoard takes the tab's columns from the first experiment summary it finds (see
+:mod:`lightning_perf.output.hparams_tab`), so there is one, in the folder that holds the runs (a TensorBoardLogger's
+``root_dir``: ``lightning_logs/`` above ``version_0``, ``version_1``, ...). Each run leaves its values in
+``perf_hparams.json``; at the end of a fit the experiment is computed from every run's file there and its event
+file replaced (a new file, then the old one removed), so a TensorBoard started afterwards shows the columns that
+tell the runs apart. A TensorBoard already running keeps the columns it read first (its data server keeps a
+series' first metadata); reloading it shows the new ones.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lightning_perf import console
+from lightning_perf.atomic_file import atomic_open, remove_quietly
+from lightning_perf.output import hparams_tab
+
+log = console.logger(__name__)
+
+VALUES_FILENAME = "perf_hparams.json"
+EVENT_FILE_ENDING = ".lightning-perf-hparams"
+# the runs looked at, newest first: the end of a fit stays well under a second in a folder of many runs
+MAX_RUNS = 200
+
+
+def save_values(run_dir: str, values: Mapping[str, Any], metric_tags: Sequence[str]) -> None:
+    """This run's values and metric tags, for the experiment of its folder."""
+    with atomic_open(os.path.join(run_dir, VALUES_FILENAME), encoding="utf-8") as fh:
+        json.dump({"values": dict(values), "metrics": list(metric_tags)}, fh, allow_nan=False)
+
+
+def runs_values(root_dir: str) -> list[dict[str, Any]]:
+    """The saved values of the runs in ``root_dir`` (its sub-folders), newest first; unreadable ones skipped."""
+    paths = glob.glob(os.path.join(glob.escape(root_dir), "*", VALUES_FILENAME))
+    paths.sort(key=_modified, reverse=True)
+    found = []
+    for path in paths[:MAX_RUNS]:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if isinstance(data.get("values"), dict) and isinstance(data.get("metrics"), list):
+                found.append(data)
+        except (OSError, ValueError, AttributeError) as err:
+            log.debug("lightning-perf: skipped %s for the HParams columns: %s", path, err)
+    return found
+
+
+def write_experiment(root_dir: str, metric_names: Mapping[str, tuple[str, str]]) -> str | None:
+    """Rewrite the experiment of the runs in ``root_dir``; the event file's path, or None without runs."""
+    runs = runs_values(root_dir)
+    if not runs:
+        return None
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    summary = hparams_tab.experiment_summary(
+        [run["values"] for run in runs], [tag for run in runs for tag in run["metrics"]], metric_names
+    )
+    old = glob.glob(os.path.join(glob.escape(root_dir), f"events.out.tfevents.*{EVENT_FILE_ENDING}"))
+    now = time.time()
+    path = os.path.join(root_dir, f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}")
+    path += EVENT_FILE_ENDING
+    # written under a name TensorBoard does not read (no "tfevents" in it), then renamed: never read half written
+    partial = os.path.join(root_dir, f".lightning-perf-hparams.{os.getpid()}.partial")
+    try:
+        with open(partial, "wb") as fh:
+            writer = RecordWriter(fh)
+            writer.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
+            writer.write(Event(wall_time=now, step=0, summary=summary).SerializeToString())
+        os.replace(partial, path)
+    finally:
+        remove_quietly(partial)
+    for stale in old:
+        if stale != path:
+            try:
+                os.remove(stale)
+            except OSError as err:  # another run's end removed it first
+                log.debug("lightning-perf: could not remove %s: %s", stale, err)
+    return path
+
+
+def _modified(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
