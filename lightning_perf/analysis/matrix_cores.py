@@ -38,6 +38,10 @@ FP16_MIN_CC, BF16_TF32_MIN_CC = (7, 0), (8, 0)
 # AMD: XF32 (TF32's twin) on CDNA3 (gfx942, MI300: ROCm reports compute capability 9.4); CDNA1/2 have none
 AMD_XF32_CC = (9, 4)
 AMD_MARKERS = ("AMD", "Instinct", "Radeon")
+# AMD GPUs without matrix cores: RDNA1/2 (gfx10xx, compute capability 10.x; WMMA came with RDNA3's gfx11), and
+# Vega (gfx906/gfx900: MI50, MI60, MI25, Radeon VII), whose 9.0 is also CDNA1/2's (MI100, MI200): told by name
+AMD_NO_MATRIX_CORE_MAJOR = 10
+AMD_NO_MATRIX_CORE_NAMES = ("MI25", "MI50", "MI60", "Radeon VII", "Radeon Pro VII", "Vega")
 # Kineto's "Input type" strings are c10's type names ("float", "c10::BFloat16", "c10::Float8_e4m3fn", ...)
 _FLOATS = {"float": "fp32", "float32": "fp32", "half": "fp16", "float16": "fp16", "bfloat16": "bf16"}
 _FLOATS |= {"double": "fp64", "float64": "fp64"}
@@ -95,15 +99,22 @@ def tf32_mode(settings: Any, kind: str) -> bool | None:
     return None
 
 
-def _is_amd(device: str | None) -> bool:
+def is_amd(device: str | None) -> bool:
     return device is not None and any(marker in device for marker in AMD_MARKERS)
+
+
+def _amd_without_matrix_cores(cc: list[int] | None, device: str) -> bool:
+    named = any(name in device for name in AMD_NO_MATRIX_CORE_NAMES)
+    return named or (cc is not None and len(cc) >= 1 and cc[0] == AMD_NO_MATRIX_CORE_MAJOR)
 
 
 def has_matrix_cores(dtype: str, cc: list[int] | None, device: str | None) -> bool | None:
     """Whether the GPU has matrix cores for ``dtype`` ("tf32" for fp32 with TF32 on); None when not known."""
     if dtype == "fp8":
         return True  # torch runs fp8 matmuls (torch._scaled_mm) only where matrix cores take fp8
-    if _is_amd(device):
+    if is_amd(device):
+        if _amd_without_matrix_cores(cc, device):
+            return False
         if dtype == "tf32":
             return None if cc is None else AMD_XF32_CC <= tuple(cc[:2]) < (10, 0)
         return dtype in HALF_DTYPES or None

@@ -101,9 +101,8 @@ def with_trace_findings(summary: RunSummary) -> list[Finding]:
             old = merged.get(finding.id)
             if old is None or SEVERITY_ORDER.index(finding.severity) <= SEVERITY_ORDER.index(old.severity):
                 merged[finding.id] = finding
-    if settings_advice_superseded(
-        summary.trace_figures, summary.settings
-    ):  # what the operators computed wins
+    # the traces' input types say what the operators computed, where the settings only say what was asked
+    if settings_advice_superseded(summary.trace_figures, summary.settings):
         merged.pop("mixed_precision", None)
     return sorted(merged.values(), key=lambda f: SEVERITY_ORDER.index(f.severity))
 

@@ -11,7 +11,9 @@ import json
 import pytest
 
 from lightning_perf import cli
+from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary, Settings
+from lightning_perf.output.trace_findings import with_trace_findings
 from lightning_perf.traces.figures.gpu_figures import trace_figures
 from lightning_perf.traces.read.loader import load_trace
 from lightning_perf.traces.report.build import build_report
@@ -165,18 +167,33 @@ def test_fp32_without_a_summary_falls_back_to_kernel_names(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("precision", "advised"), [("bf16-mixed", False), ("32-true", True), (None, True)], ids=str
+    ("precision", "matmul_precision", "advised"),
+    [
+        ("bf16-mixed", "highest", False),
+        ("32-true", "highest", True),
+        ("32-true", "high", False),
+        (None, None, True),
+    ],
+    ids=str,
 )
-def test_a_trace_without_input_types_is_read_with_the_runs_precision(tmp_path, precision, advised):
-    """No record_shapes: the eligible operators compute in the run's precision (the summary's); without a
-    summary the kernel names decide (a Triton attention kernel's name says nothing: counted without)."""
+def test_a_trace_without_input_types_is_read_with_the_runs_precision(
+    tmp_path, precision, matmul_precision, advised
+):
+    """No record_shapes: the eligible operators compute in the run's precision (the summary's), fp32 on matrix
+    cores only with TF32 on (float32_matmul_precision "high"); without a summary the kernel names decide (a
+    Triton attention kernel's name says nothing: counted without)."""
     events = steps([(ops, kernels, None, call) for ops, kernels, _, call in ATTENTION[:2]])
-    summary = None if precision is None else Settings(precision=precision, float32_matmul_precision="highest")
+    summary = (
+        None
+        if precision is None
+        else Settings(precision=precision, float32_matmul_precision=matmul_precision)
+    )
     write(tmp_path, events, summary=summary)
     trace, findings = report_of(tmp_path)
     assert ("mixed_precision" in findings) is advised
-    if precision == "32-true":
+    if precision == "32-true" and advised:
         assert "precision=32-true in the run summary" in findings["mixed_precision"]["evidence"]
+        assert "TF32 off" in findings["mixed_precision"]["evidence"]
     if precision is None:
         assert "by their kernel names" in findings["mixed_precision"]["evidence"]
     decided = {"bf16-mixed": "the run's precision setting", "32-true": "the run's precision setting"}
@@ -206,3 +223,43 @@ def test_the_dict_reader_keeps_the_same_input_types(tmp_path):
         "matmul/bf16",
     }
     assert (dicts.tc_eligible_without_tc_pct, dicts.tc_decided_by) == (0.0, "input types")
+
+
+def test_a_bf16_run_under_full_precision_settings_gets_no_precision_advice(tmp_path):
+    """precision="32-true" with the model autocast by hand: the summary's settings alone advise bf16-mixed, the
+    traces' input types show the work already in bf16, and the merged findings drop that advice. fp32 work
+    under the same settings keeps it, with the trace's share."""
+    settings = Settings(
+        precision="32-true", accelerator="cuda", compute_capability=[9, 4], float32_matmul_precision="highest"
+    )
+    mm = (["aten::linear", "aten::addmm"], [(CIJK_FP32_VALU, 400)], FP32, "hipExtModuleLaunchKernel")
+    for name, shape, advised in (("bf16", CONVOLUTIONS + ATTENTION, False), ("fp32", [mm], True)):
+        summary = RunSummary(run_name="r", settings=settings)
+        summary.findings = diagnose(summary)
+        assert "mixed_precision" in {f.id for f in summary.findings}  # the settings alone
+        summary.trace_figures = [trace_figures(load_trace(write(tmp_path / name, steps(shape))))]
+        merged = {f.id: f for f in with_trace_findings(summary)}
+        assert ("mixed_precision" in merged) is advised, name
+        if advised:
+            assert "the 100.0% of kernel time" in merged["mixed_precision"].recommendation
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        {"name": "AMD Radeon RX 6800 XT", "computeMajor": 10, "computeMinor": 3},
+        {"name": "AMD Instinct MI50", "computeMajor": 9, "computeMinor": 0},
+    ],
+    ids=["rdna2", "vega-mi50"],
+)
+@pytest.mark.parametrize("types", [FP32, BF16], ids=["fp32", "bf16"])
+def test_an_amd_gpu_without_matrix_cores_is_told_so_not_advised(tmp_path, device, types):
+    """RDNA2 (compute capability 10.x) and Vega (MI50: the 9.0 of CDNA's MI100 and MI200, told by name) have
+    no matrix cores: no precision setting moves the work onto them, whatever it computes in."""
+    conv = (["aten::convolution", CONV], [(IGEMM_FWD, 400)], types, "hipExtModuleLaunchKernel")
+    write(tmp_path, steps([conv]), device=device)
+    trace, findings = report_of(tmp_path)
+    finding = findings["mixed_precision"]
+    assert finding["severity"] == "info" and finding["settings_change"] == {}
+    assert "the GPU has none" in finding["title"] and "CDNA" in finding["recommendation"]
+    assert trace["figures"]["tc_eligible_without_tc_pct"] == pytest.approx(100.0)

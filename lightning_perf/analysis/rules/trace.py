@@ -11,19 +11,28 @@ run" with fixes that fit inference; True (the default) for a training step.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from lightning_perf.analysis.diagnosis import input_bound_verdict
 from lightning_perf.analysis.matrix_cores import (
     BY_NAMES,
     BY_PRECISION,
+    HALF_DTYPES,
     UNKNOWN,
     has_matrix_cores,
+    is_amd,
     matrix_core_split,
 )
 from lightning_perf.analysis.numbers import MB_PER_GB
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.memory import LEAK_RECOMMENDATION, capacity_finding
-from lightning_perf.analysis.rules.thresholds import BF16_MIN_CC, SEVERITY_ORDER, TENSOR_CORE_MIN_CC, VERDICTS
+from lightning_perf.analysis.rules.thresholds import (
+    BF16_MIN_CC,
+    FULL_PRECISION,
+    SEVERITY_ORDER,
+    TENSOR_CORE_MIN_CC,
+    VERDICTS,
+)
 from lightning_perf.analysis.rules.trace_thresholds import (
     EXPOSED_COMM_HIGH_PCT,
     EXPOSED_COMM_MEDIUM_PCT,
@@ -164,15 +173,19 @@ def mixed_precision(figures: TraceFigures, settings: Settings | None = None) -> 
         f"running without tensor cores{_why(figures, reasons, dtypes, settings)}; matrix-core work: "
         f"{_fmt(matrix)}% of kernel time on {on}."
     )
-    if cc is not None and not has_matrix_cores("fp16", cc, device):
+    if has_matrix_cores("fp16", cc, device) is False:
+        start = (
+            "AMD's come with CDNA (MI100 and later) and RDNA3 (WMMA)"
+            if is_amd(device)
+            else f"tensor cores start at compute capability {TENSOR_CORE_MIN_CC}.0"
+        )
         return Finding(
             id="mixed_precision",
             severity="info",
             title="Matmuls and convolutions run without tensor cores: the GPU has none",
             evidence=evidence,
-            recommendation=f"No precision setting moves this work onto matrix cores on {on}: tensor cores "
-            f"start at compute capability {TENSOR_CORE_MIN_CC}.0. Mixed precision would still halve activation "
-            "memory and traffic.",
+            recommendation=f"No precision setting moves this work onto matrix cores on {on}: {start}. Mixed "
+            "precision would still halve activation memory and traffic.",
         )
     target = "bf16-mixed" if has_matrix_cores("bf16", cc, device) else "16-mixed"
     moves = f": the {_fmt(share)}% of kernel time in that work would run on tensor cores"
@@ -191,6 +204,27 @@ def mixed_precision(figures: TraceFigures, settings: Settings | None = None) -> 
         ),
         settings_change={"precision": target},
     )
+
+
+def half_by_types(figures: TraceFigures) -> bool | None:
+    """Whether most eligible work of the trace computes in half precision by its operators' input types; None
+    when the trace has no typed eligible work."""
+    typed = {k: v[0] for k, v in (figures.tc_eligible_by or {}).items() if k.partition("/")[2] != UNKNOWN}
+    if not typed:
+        return None
+    half = sum(pct for key, pct in typed.items() if key.partition("/")[2] in HALF_DTYPES)
+    return half > sum(typed.values()) / 2
+
+
+def settings_advice_superseded(traces: Sequence[TraceFigures], settings: Settings | None) -> bool:
+    """Whether the run summary's precision advice, made from settings that read full precision, is wrong by
+    the traces: their input types show the eligible work in half precision (autocast by hand, a model cast to
+    bf16 under ``precision="32-true"``) and none of them gets precision advice of its own."""
+    precision = getattr(settings, "precision", None)
+    if precision is not None and str(precision) not in FULL_PRECISION:
+        return False
+    known = [half for half in map(half_by_types, traces) if half is not None]
+    return bool(known) and all(known) and not any(mixed_precision(f, settings) for f in traces)
 
 
 def _why(figures: TraceFigures, reasons: list[str], dtypes: list[str], settings: Settings | None) -> str:
