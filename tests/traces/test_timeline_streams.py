@@ -9,6 +9,8 @@ import json
 import random
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from lightning_perf.traces.figures.gpu_figures import trace_figures
 from lightning_perf.traces.figures.gpu_timeline import gpu_timeline
@@ -172,4 +174,61 @@ def test_timeline_of_generated_multi_stream_traces_equals_a_brute_force_union(tm
     figures = trace_figures(load(tmp_path, events))  # the typed reader's columns, what report shows
     assert (figures.idle_pct, figures.compute_pct, figures.non_compute_pct) == pytest.approx(
         (idle, compute, non_compute), abs=0.01
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Nanosecond timestamps, overlapping streams: the exact union (hypothesis)
+# ---------------------------------------------------------------------------------------------------------
+
+STEP_US = 500.0
+
+
+@st.composite
+def launched_work(draw) -> list[dict]:
+    """Three steps of 500 us; kernels, collectives and copies launched in them onto 1-4 streams, at nanosecond
+    timestamps (Kineto's "ns" time unit), overlapping within and across streams, some of the first two steps'
+    running under the last step's own (left out, as HTA leaves the last step out)."""
+    events = [x(f"ProfilerStep#{n}", "user_annotation", n * STEP_US, STEP_US) for n in range(3)]
+    ns = st.integers(0, 3 * int(STEP_US) * 1000 - 1).map(lambda v: v / 1000)
+    kinds = st.sampled_from([("sgemm", "kernel"), (NCCL, "kernel"), ("Memcpy DtoD", "gpu_memcpy")])
+    for corr, (at, lag, dur, (name, cat), stream) in enumerate(
+        draw(st.lists(st.tuples(ns, ns, ns, kinds, st.sampled_from([7, 9, 13, 20])), min_size=1, max_size=12))
+    ):
+        events.append(x("cudaLaunchKernel", "cuda_runtime", at, 0.5, correlation=corr + 1))
+        events.append(gpu(name, at + lag / 4, dur / 2, stream, cat, correlation=corr + 1))
+    return events
+
+
+def exact_shares(events: list[dict]) -> tuple[float, float, float]:
+    """(idle, compute, non-compute) in percent over the work launched before the last step's start: every
+    elementary segment between two interval ends, counted once when some interval covers its middle."""
+    calls = {e["args"]["correlation"]: e["ts"] for e in events if e["cat"] == "cuda_runtime"}
+    work = [e for e in events if e["cat"] in GPU_CATS and calls[e["args"]["correlation"]] < 2 * STEP_US]
+    spans = [(e["ts"], e["ts"] + e["dur"], e["cat"] == "kernel" and e["name"] != NCCL) for e in work]
+    points = sorted({p for lo, hi, _ in spans for p in (lo, hi)})
+    busy = compute = 0.0
+    for lo, hi in zip(points, points[1:], strict=False):
+        covering = [is_compute for a, b, is_compute in spans if a < (lo + hi) / 2 < b]
+        busy += (hi - lo) * bool(covering)
+        compute += (hi - lo) * any(covering)
+    window = points[-1] - points[0]
+    return 100 * (window - busy) / window, 100 * compute / window, 100 * (busy - compute) / window
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(launched_work())
+def test_nanosecond_multi_stream_timelines_equal_the_exact_union(tmp_path_factory, events):
+    work = [e for e in events if e["cat"] in GPU_CATS]
+    calls = {e["args"]["correlation"]: e["ts"] for e in events if e["cat"] == "cuda_runtime"}
+    counted = [e for e in work if calls[e["args"]["correlation"]] < 2 * STEP_US]
+    assume(counted and max(e["ts"] + e["dur"] for e in counted) > min(e["ts"] for e in counted))
+    expected = exact_shares(events)
+    timeline = gpu_timeline(events, host_steps(events))
+    assert (timeline.idle_pct, timeline.compute_pct, timeline.non_compute_pct) == pytest.approx(
+        expected, abs=0.01
+    )
+    figures = trace_figures(load(tmp_path_factory.mktemp("t"), events))
+    assert (figures.idle_pct, figures.compute_pct, figures.non_compute_pct) == pytest.approx(
+        expected, abs=0.01
     )
