@@ -17,6 +17,8 @@ from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.run_discovery import find_runs
 from lightning_perf.analysis.summary import MAX_SUMMARY_BYTES, SCHEMA_NAME, SUMMARY_FILENAME, RunSummary
 from lightning_perf.analysis.verdicts.comparison import CompareError
+from lightning_perf.analysis.verdicts.hparams_diff import difference_labels
+from lightning_perf.output.hparams_experiment import VALUES_FILENAME
 from lightning_perf.tensorboard_plugin.cache import cached, stamp
 from lightning_perf.traces.report.build import find_traces
 
@@ -115,13 +117,30 @@ def headline(directory: str) -> dict[str, Any]:
 
 
 def run_list(logdir: str) -> list[dict[str, Any]]:
-    """One row a run for the picker: its name and headline figures, or why its summary cannot be read."""
+    """One row a run for the picker: its name, what tells it apart from the other runs (``label``, from each
+    run's HParams values), and headline figures, or why its summary cannot be read."""
     rows = []
+    values = []
     for name, directory in run_dirs(logdir).items():
         path = os.path.join(directory, SUMMARY_FILENAME)
         row = cached.get(("headline", stamp(path)), lambda directory=directory: headline(directory))
         rows.append({"name": name, **row})
+        values.append(_saved_values(os.path.join(directory, VALUES_FILENAME)))
+    for row, label in zip(rows, difference_labels(values), strict=True):
+        row["label"] = label
     return rows
+
+
+def _saved_values(path: str) -> dict[str, Any] | None:
+    """A run's HParams values (``perf_hparams.json``, output.hparams_experiment; a few hundred bytes, read each
+    time); None without one."""
+    try:
+        with open(path, "rb") as fh:
+            data = msgspec.json.decode(fh.read(MAX_SUMMARY_BYTES))
+    except (OSError, msgspec.DecodeError):
+        return None
+    values = data.get("values") if isinstance(data, dict) else None
+    return values if isinstance(values, dict) else None
 
 
 def overview(logdir: str, run: str) -> dict[str, Any]:

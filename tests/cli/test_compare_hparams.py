@@ -12,7 +12,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning_perf import PerfCallback
 from lightning_perf.analysis.run_discovery import load_hparams
 from lightning_perf.analysis.verdicts.comparison_render import from_json
-from lightning_perf.analysis.verdicts.hparams_diff import ABSENT, flatten, hparams_diffs
+from lightning_perf.analysis.verdicts.hparams_diff import ABSENT, difference_labels, flatten, hparams_diffs
 from lightning_perf.cli import main
 from tests.helpers import TinyModel, loader, trainer
 
@@ -74,3 +74,17 @@ def test_diffs_flatten_nested_keys_skip_private_ones_and_mark_absent_keys():
     # a run without saved hyperparameters has no say, and one run alone tells nothing
     assert hparams_diffs([cli, None, other])["data.init_args.num_workers"] == [0, None, 2]
     assert hparams_diffs([cli, None]) == {} and hparams_diffs([]) == {}
+
+
+def test_difference_labels_name_each_run_by_what_differs():
+    runs = [
+        {"perf/num_workers": 0, "lr": 0.1, "perf/precision": "32"},
+        None,
+        {"perf/num_workers": 2, "lr": 0.1},
+    ]
+    assert difference_labels(runs) == [
+        "num_workers=0, precision=32",
+        "",
+        "num_workers=2, precision=(not set)",
+    ]
+    assert difference_labels([{"lr": 0.1}, {"lr": 0.1}]) == ["", ""]

@@ -69,6 +69,12 @@ def test_runs_lists_every_run_with_its_summary_verdict(perf_server, perf_runs):
         assert listed[name]["steps"] == summary.timing.steps > 0
         assert listed[name]["step_time_ms_mean"] == summary.timing.step_time_ms.mean
     assert listed["exp/ddp2"]["world_size"] == 2
+    # each run named by what tells it apart (its HParams values against the others')
+    assert (
+        "num_workers=2" in listed["exp/workers2"]["label"]
+        and "num_workers=0" in listed["exp/workers0"]["label"]
+    )
+    assert "world_size=2" in listed["exp/ddp2"]["label"] and "world_size" in listed["exp/workers0"]["label"]
 
 
 def test_overview_has_the_findings_steps_probe_and_files(perf_server, perf_runs):

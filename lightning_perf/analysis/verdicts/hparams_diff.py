@@ -75,3 +75,15 @@ def markdown_lines(diffs: Mapping[str, Sequence[Any]], names: Sequence[str]) -> 
         cells = ["n/a" if v is None else cell(str(v)) for v in values]
         lines.append(f"| {cell(key)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def difference_labels(per_run: Sequence[Mapping[str, Any] | None], prefix: str = "perf/") -> list[str]:
+    """A label per run from what differs between the runs (``num_workers=2, lr=0.02``), as
+    ``compare --label-from-settings`` names runs the user did not name; ``prefix`` is left off the keys; ``""``
+    for a run with nothing to tell (no values, or nothing differs)."""
+    diffs = hparams_diffs(per_run)
+    labels = []
+    for index, run in enumerate(per_run):
+        parts = [f"{key.removeprefix(prefix)}={values[index]}" for key, values in diffs.items()]
+        labels.append(", ".join(parts) if run is not None else "")
+    return labels

@@ -550,7 +550,7 @@ async function showCompare(pane) {
   put(pane,
     h("div", { class: "picker" },
       h("label", {}, "baseline ", baseline),
-      boxes.map((b) => h("label", {}, b, ` ${b.value}`)),
+      boxes.map((b, i) => h("label", {}, b, ` ${runTitle(usable[i])}`)),
       h("button", { onclick: go }, "Compare"),
     ),
     out,
@@ -560,6 +560,8 @@ async function showCompare(pane) {
 }
 
 // -- panes and runs ---------------------------------------------------------------------------------------
+// a run by its name and what tells it apart from the others (version_1: prefetch_factor=4, lr=0.02)
+const runTitle = (r) => (r.label ? `${r.name}: ${r.label}` : r.name);
 const PANES = { overview: showOverview, traces: showTraces, ranks: showRanks, compare: showCompare };
 
 async function openPane(name) {
@@ -589,7 +591,7 @@ async function main() {
       document.getElementById("overview").replaceChildren(h("p", { class: "muted" }, `No perf_summary.json under ${data.logdir}.`));
       return;
     }
-    select.replaceChildren(...state.runs.map((r) => h("option", { value: r.name }, r.error ? `${r.name} (unreadable)` : r.name)));
+    select.replaceChildren(...state.runs.map((r) => h("option", { value: r.name }, r.error ? `${r.name} (unreadable)` : runTitle(r))));
     // a link can open a run: index.html?run=exp/version_0
     const asked = new URLSearchParams(document.location.search).get("run");
     state.run = state.runs.some((r) => r.name === asked) ? asked : state.runs[0].name;
