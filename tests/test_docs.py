@@ -30,6 +30,8 @@ IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)|<img [^>]*src=\"([^\"]+)\"")
 PICTURED = ("index.md", "callback.md", "findings.md", "commands.md", "perf-tab.md")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 PAGE_WORD_LIMIT = 1500  # words outside tables and code: a page longer than this is split by topic
+CELL_WORD_LIMIT = 40  # words in one table cell: a table is an index, its detail is a paragraph below it
+CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a table row's cell borders: every | not escaped as \|
 
 
 def section(text: str, title: str) -> str:
@@ -158,6 +160,35 @@ def test_no_page_is_a_wall_of_text():
     long = {p.relative_to(DOCS).as_posix(): n for p in PAGES if (n := prose_words(p)) > PAGE_WORD_LIMIT}
     assert not long, (
         f"pages over {PAGE_WORD_LIMIT} words outside tables and code (split them by topic): {long}"
+    )
+
+
+def table_cells(path: Path) -> list[str]:
+    """Every cell of a page's tables (rows are lines starting with ``|``, outside fenced code), code spans and
+    links included as written."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    cells = []
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            continue
+        parts = CELL_SPLIT.split(line.strip())[1:]  # the text before the opening | is no cell
+        if parts and not parts[-1].strip():
+            parts = parts[:-1]  # nor what follows the closing |
+        cells += [part.strip() for part in parts]
+    return cells
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_table_cell_is_a_paragraph(path: Path):
+    # a table is an index to scan: a cell says when or what in a few words and links to the detail below it
+    long = [
+        f"{len(cell.split())} words: {' '.join(cell.split()[:8])} ..."
+        for cell in table_cells(path)
+        if len(cell.split()) > CELL_WORD_LIMIT
+    ]
+    assert not long, (
+        f"{path.relative_to(ROOT)}: table cells over {CELL_WORD_LIMIT} words (move the detail under a heading "
+        f"below the table and link to it): {long}"
     )
 
 
