@@ -263,3 +263,17 @@ def test_an_amd_gpu_without_matrix_cores_is_told_so_not_advised(tmp_path, device
     assert finding["severity"] == "info" and finding["settings_change"] == {}
     assert "the GPU has none" in finding["title"] and "CDNA" in finding["recommendation"]
     assert trace["figures"]["tc_eligible_without_tc_pct"] == pytest.approx(100.0)
+
+
+def test_report_leaves_out_a_summarys_settings_based_advice_the_traces_types_contradict(tmp_path):
+    """A summary written by a fit (or an older version) advising bf16-mixed from its settings alone, beside bf16
+    traces: `report` lists the summary's findings without that advice; beside fp32 traces it keeps it."""
+    settings = Settings(precision="32-true", accelerator="cuda", compute_capability=[9, 4])
+    mm = (["aten::linear", "aten::addmm"], [(CIJK_FP32_VALU, 400)], FP32, "hipExtModuleLaunchKernel")
+    for name, shape, kept in (("bf16", CONVOLUTIONS + ATTENTION, False), ("fp32", [mm], True)):
+        write(tmp_path / name, steps(shape))
+        summary = RunSummary(run_name="r", settings=settings)
+        summary.findings = diagnose(summary)
+        summary.save(tmp_path / name / SUMMARY_FILENAME)
+        report = build_report(str(tmp_path / name), jobs=1)
+        assert ("mixed_precision" in {f["id"] for f in report["findings"]}) is kept, name

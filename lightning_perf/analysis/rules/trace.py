@@ -11,7 +11,7 @@ run" with fixes that fit inference; True (the default) for a training step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from lightning_perf.analysis.diagnosis import input_bound_verdict
 from lightning_perf.analysis.matrix_cores import (
@@ -206,25 +206,34 @@ def mixed_precision(figures: TraceFigures, settings: Settings | None = None) -> 
     )
 
 
-def half_by_types(figures: TraceFigures) -> bool | None:
-    """Whether most eligible work of the trace computes in half precision by its operators' input types; None
-    when the trace has no typed eligible work."""
-    typed = {k: v[0] for k, v in (figures.tc_eligible_by or {}).items() if k.partition("/")[2] != UNKNOWN}
+def half_by_types(eligible_by: Mapping[str, Sequence[float]] | None) -> bool | None:
+    """Whether most of a trace's eligible work (its ``tc_eligible_by``) computes in half precision by the
+    operators' input types; None when the trace has no typed eligible work."""
+    typed = {k: v[0] for k, v in (eligible_by or {}).items() if k.partition("/")[2] != UNKNOWN}
     if not typed:
         return None
     half = sum(pct for key, pct in typed.items() if key.partition("/")[2] in HALF_DTYPES)
     return half > sum(typed.values()) / 2
 
 
-def settings_advice_superseded(traces: Sequence[TraceFigures], settings: Settings | None) -> bool:
-    """Whether the run summary's precision advice, made from settings that read full precision, is wrong by
-    the traces: their input types show the eligible work in half precision (autocast by hand, a model cast to
-    bf16 under ``precision="32-true"``) and none of them gets precision advice of its own."""
+def types_say_half(
+    settings: Settings | None, eligible_by: Iterable[Mapping[str, Sequence[float]] | None]
+) -> bool:
+    """Whether settings that read full precision (autocast by hand, a model cast to bf16 under
+    ``precision="32-true"``) hide eligible work that the traces' input types show in half precision."""
     precision = getattr(settings, "precision", None)
     if precision is not None and str(precision) not in FULL_PRECISION:
         return False
-    known = [half for half in map(half_by_types, traces) if half is not None]
-    return bool(known) and all(known) and not any(mixed_precision(f, settings) for f in traces)
+    known = [half for half in map(half_by_types, eligible_by) if half is not None]
+    return bool(known) and all(known)
+
+
+def settings_advice_superseded(traces: Sequence[TraceFigures], settings: Settings | None) -> bool:
+    """Whether the run summary's precision advice, made from its settings alone, is wrong by the traces: their
+    input types show the work in half precision (:func:`types_say_half`) and none gets precision advice."""
+    return types_say_half(settings, (f.tc_eligible_by for f in traces)) and not any(
+        mixed_precision(f, settings) for f in traces
+    )
 
 
 def _why(figures: TraceFigures, reasons: list[str], dtypes: list[str], settings: Settings | None) -> str:

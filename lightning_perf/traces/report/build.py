@@ -36,7 +36,7 @@ from typing import Any
 
 from lightning_perf.analysis.matrix_cores import with_run_settings
 from lightning_perf.analysis.rules.trace import diagnose_trace
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, Finding, RunSummary, Settings, SummaryError
+from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary, Settings, SummaryError
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.atomic_file import describe_os_error
 from lightning_perf.errors import LightningPerfError
@@ -57,6 +57,7 @@ from lightning_perf.traces.read.parallel_reader import capped_jobs, check_jobs, 
 from lightning_perf.traces.read.reader import GZIP_MAGIC, TraceError
 from lightning_perf.traces.read.spans import gc_paused
 from lightning_perf.traces.report.changes import cycle_changes
+from lightning_perf.traces.report.findings import finding_dict, summary_findings
 from lightning_perf.traces.report.ranks import SPREAD_FIGURES, rank_spread  # noqa: F401 (the report's names)
 from lightning_perf.traces.report.runs import group_runs, mixed_runs_note, run_entry
 
@@ -258,7 +259,9 @@ def build_report(
         else [],
         "changes": [change for _, group in runs for change in cycle_changes(group)],
         "unreadable": unreadable,
-        "findings": [_finding(f) for f in summary.findings] if summary is not None else [],
+        "findings": [finding_dict(f) for f in summary_findings(summary, sections)]
+        if summary is not None
+        else [],
     }
 
 
@@ -372,7 +375,7 @@ def analyse_trace(
         "top_cpu_operators": [_operator(s) for s in operators[:top]],
         "top_kernels": [_operator(s) for s in kernels[:top]],
         "figures": {**figures_section(figures), "training": training},
-        "findings": [_finding(f) for f in findings],
+        "findings": [finding_dict(f) for f in findings],
     }
 
 
@@ -391,11 +394,6 @@ def _summary_section(summary: RunSummary, path: str) -> dict[str, Any]:
         "samples_per_sec": _round(timing.samples_per_sec),
         "gpu_kernel_busy_pct": _round(gpu.kernel_busy_pct) if gpu else None,
     }
-
-
-def _finding(finding: Finding) -> dict[str, Any]:
-    keys = ("id", "severity", "title", "evidence", "recommendation", "settings_change")
-    return {key: getattr(finding, key) for key in keys}
 
 
 def _operator(stat: OperatorStat) -> dict[str, Any]:
