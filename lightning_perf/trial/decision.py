@@ -19,6 +19,7 @@ from typing import Any
 
 from scipy.stats import t as t_dist
 
+from lightning_perf.analysis.verdicts.disturbance import Beyond, beyond, round_bound
 from lightning_perf.analysis.verdicts.statistics import CONFIDENCE, RATE, TIME, compare_rounds
 from lightning_perf.trial.proposals import SEMANTIC_LABEL, Candidate, changes_batch_size, semantic_label
 from lightning_perf.trial.spec import TrialResult, VariantResult
@@ -54,6 +55,12 @@ class Speed:
     rounds: int = 0
     # judged on samples a second (the variants differ in batch size), not on the mean step time
     per_sample: bool = False
+    # the speed-up of each round against what the machine's other work could explain in it
+    weighed: Beyond | None = None
+
+    @property
+    def beyond_disturbance(self) -> bool:
+        return self.weighed is not None and self.weighed.faster_beyond_disturbance
 
     @property
     def significant(self) -> bool:
@@ -99,6 +106,9 @@ class Speed:
             "rounds": self.rounds,
             "error": self.error,
             "basis": "samples_per_sec" if self.per_sample else "step_time",
+            "round_speedups": list(self.weighed.ratios) if self.weighed else [],
+            "round_disturbance_bounds": list(self.weighed.bounds) if self.weighed else [],
+            "beyond_disturbance": self.beyond_disturbance,
         }
 
 
@@ -139,8 +149,18 @@ def choose(speeds: Sequence[Speed], disturbed: Sequence[str] = ()) -> Decision:
         )
         return Decision(None, f"no verdict: {why}; {KEEP}", judged=False)
     best = max(measured, key=lambda s: s.speedup or 0.0)
+    more = f" and {len(disturbed) - 1} more" if len(disturbed) > 1 else ""
+    # others' work cannot explain a difference larger than it could cause in each round
+    clear = [s for s in measured if s.beyond_disturbance]
+    if disturbed and clear:
+        won = max(clear, key=lambda s: s.speedup or 0.0)
+        assert won.weighed is not None
+        return Decision(
+            won.name,
+            f"{won.label}: {won.speedup:.2f}x faster, {won.weighed.describe()} ({disturbed[0]}{more}; the "
+            f"{won.confidence:.0%} interval over so few rounds is {won.low:.2f}-{won.high:.2f}x)",
+        )
     if disturbed:
-        more = f" and {len(disturbed) - 1} more" if len(disturbed) > 1 else ""
         return machine_was_busy(
             f"{disturbed[0]}{more}",
             f"no candidate is significantly faster on these rounds (best: {best.describe()})",
@@ -234,7 +254,17 @@ def speeds_of(
             )
             continue
         usable = base is not None and (base.ok or not finished)  # a finished trial's baseline must have run
-        pairs = [(b, r) for b, r in zip(values(base) if usable else [], values(run), strict=False) if b and r]
+        paired = [
+            (i, b, r)
+            for i, (b, r) in enumerate(zip(values(base) if usable else [], values(run), strict=False))
+            if b and r
+        ]
+        pairs = [(b, r) for _, b, r in paired]
+        # each round's speed-up against what the others' work could have done to it (analysis.verdicts.disturbance)
+        weighed = beyond(
+            [r / b if per_sample else b / r for _, b, r in paired],
+            [round_bound(_others_share(base, i), _others_share(run, i)) for i, _, _ in paired],
+        )
         change = (
             compare_rounds(
                 [b for b, _ in pairs], [r for _, r in pairs], confidence, kind=RATE if per_sample else TIME
@@ -246,7 +276,18 @@ def speeds_of(
             speeds.append(Speed(name, label, rounds=len(pairs), per_sample=per_sample))
         elif per_sample:  # ratio is candidate / baseline rate: the speed-up itself
             speeds.append(
-                Speed(name, label, change.ratio, change.low, change.high, confidence, None, len(pairs), True)
+                Speed(
+                    name,
+                    label,
+                    change.ratio,
+                    change.low,
+                    change.high,
+                    confidence,
+                    None,
+                    len(pairs),
+                    True,
+                    weighed,
+                )
             )
         else:  # ratio is candidate / baseline time: its inverse is the speed-up, the bounds swap
             speeds.append(
@@ -258,9 +299,20 @@ def speeds_of(
                     1.0 / change.low,
                     confidence,
                     rounds=len(pairs),
+                    weighed=weighed,
                 )
             )
     return speeds
+
+
+def _others_share(variant: VariantResult | None, index: int) -> float | None:
+    """The share of the machine's cores other processes used during the variant's round ``index`` (0-1)."""
+    if variant is None or index >= len(variant.rounds):
+        return None
+    machine = variant.rounds[index].machine
+    if machine is None or machine.other_cores is None or not machine.cpu_count:
+        return None
+    return machine.other_cores / machine.cpu_count
 
 
 def judge_batch_sizes(
