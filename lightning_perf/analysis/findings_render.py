@@ -28,7 +28,7 @@ from lightning_perf.analysis.compute.limit import mfu_line
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import change_text
-from lightning_perf.analysis.rules.thresholds import SETTING_TARGETS, VERDICTS
+from lightning_perf.analysis.rules.thresholds import ARGUMENT_TARGETS, SETTING_TARGETS, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
 
 
@@ -79,9 +79,10 @@ def render_console(findings: Sequence[Finding], max_lines: int = 5, head: str | 
         table.add_column(column, overflow="fold")
     for f in actionable[:max_lines]:
         change = change_text(f.settings_change)
-        # a recipe (code to write, e.g. batched transforms) is no setting to "set": say what to do
-        recipe = any(SETTING_TARGETS.get(key) == "LightningModule" for key in f.settings_change)
-        table.add_row(f.severity, f.title, f"set {change}" if change and not recipe else f.recommendation)
+        # a recipe or a compute setting (code to write: batched transforms, torch.compile) is no argument to
+        # "set": say what to do
+        code = any(SETTING_TARGETS.get(key) not in ARGUMENT_TARGETS for key in f.settings_change)
+        table.add_row(f.severity, f.title, f"set {change}" if change and not code else f.recommendation)
     if len(actionable) > max_lines:
         table.caption = f"{len(actionable) - max_lines} more in perf_summary.json and TensorBoard's Text tab"
     return head + "\n" + _plain_text(table)

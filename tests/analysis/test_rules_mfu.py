@@ -49,7 +49,10 @@ def test_matmuls_well_below_the_peaks_size_are_small_matmuls():
 
 
 def test_non_matmul_operators_of_the_trace_are_memory_bound():
-    summary = with_limit(make(1.0, step_ms=10.0), flops=2e9 * 2, calls=2, step_ms=200.0)
+    # a run in bf16 already: the advice is the fusion alone
+    summary = with_limit(
+        make(1.0, step_ms=10.0, precision="bf16-mixed"), flops=2e9 * 2, calls=2, step_ms=200.0
+    )
     summary.trace_figures = [
         TraceFigures(
             step_ms=200.0,
@@ -128,3 +131,31 @@ def test_no_datasheet_figure_for_an_unknown_device_or_dtype():
     assert lookup("NVIDIA A10G", "bf16") is None  # no NVIDIA datasheet for AWS's A10G
     assert lookup("Tesla T4", "bf16") is None  # Turing has no bf16
     assert lookup(None, "fp32") is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "compiled", "change"),
+    [
+        # a CPU conv model in fp32: bf16 autocast (a CPU has it), torch.compile, channels_last
+        (
+            {"precision": "32-true", "model_has_conv": True},
+            False,
+            {"precision": "bf16-mixed", "compile": True, "channels_last": True},
+        ),
+        # an Ampere GPU in fp32 matmuls: TF32 too
+        (
+            {"accelerator": "cuda", "compute_capability": [8, 0], "float32_matmul_precision": "highest"},
+            False,
+            {"precision": "bf16-mixed", "matmul_precision": "high", "compile": True},
+        ),
+        # a V100 has no bf16 (the mixed_precision finding proposes 16-mixed); a compiled run in bf16 already
+        ({"accelerator": "cuda", "compute_capability": [7, 0]}, False, {"compile": True}),
+        ({"precision": "bf16-mixed"}, True, {}),
+    ],
+)
+def test_low_mfu_carries_the_compute_settings_tune_measures(settings, compiled, change):
+    from lightning_perf.analysis.compile_summary import CompileSummary
+
+    summary = with_limit(make(1.0, step_ms=2.0, **settings), flops=4e5, calls=40, step_ms=2.0)
+    summary.compile = CompileSummary(compiles=1, total_s=1.0) if compiled else None
+    assert by_id(diagnose(summary), "low_mfu").settings_change == change

@@ -11,11 +11,13 @@ without a measured peak. ``(summary, verdict) -> Finding | None`` like every rul
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from lightning_perf.analysis.compute.datasheet_peaks import lookup
 from lightning_perf.analysis.compute.limit import ComputeLimit, flops_text, pct_text
 from lightning_perf.analysis.numbers import finite
-from lightning_perf.analysis.rules.thresholds import VERDICTS
+from lightning_perf.analysis.rules.helpers import on_cuda
+from lightning_perf.analysis.rules.thresholds import BF16_MIN_CC, FULL_PRECISION, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
 
 # Below this share of the measured peak, arithmetic does not fill the step. Our choice: large matmuls alone reach
@@ -49,6 +51,7 @@ def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
     if limit is None or mfu is None or verdict != VERDICTS[2] or mfu >= LOW_MFU_PCT:
         return None
     causes = _causes(limit, summary)
+    change = compute_changes(summary)
     modules = _modules(limit, summary)
     evidence = (
         f"MFU {pct_text(mfu)}%: {flops_text(limit.step.flops)} a step at {flops_text(limit.achieved_flops_per_s or 0)}"
@@ -62,8 +65,30 @@ def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
         severity="medium" if mfu < VERY_LOW_MFU_PCT else "low",
         title=f"The step uses {pct_text(mfu)}% of the device's matmul peak",
         evidence=evidence,
-        recommendation=_advice(causes),
+        recommendation=_advice(causes, change),
+        settings_change=change,
     )
+
+
+def compute_changes(summary: RunSummary) -> dict[str, Any]:
+    """The compute settings `tune` can measure for a low MFU, each in its own candidate: bf16 autocast where the
+    run asked for full precision (a CPU, or a GPU with bf16), TF32 matmuls on such a GPU, ``torch.compile``
+    where nothing was compiled, channels_last for a model with convolutions."""
+    settings = summary.settings
+    cuda = on_cuda(summary)
+    cc = settings.compute_capability
+    ampere = bool(cuda and cc and cc[0] >= BF16_MIN_CC)
+    full = settings.precision is None or str(settings.precision) in FULL_PRECISION
+    change: dict[str, Any] = {}
+    if full and (ampere or not cuda):
+        change["precision"] = "bf16-mixed"
+    if full and ampere and settings.float32_matmul_precision in (None, "highest"):
+        change["matmul_precision"] = "high"
+    if summary.compile is None or not summary.compile.compiles:
+        change["compile"] = True
+    if settings.model_has_conv:
+        change["channels_last"] = True
+    return change
 
 
 def _causes(limit: ComputeLimit, summary: RunSummary) -> list[str]:
@@ -161,7 +186,7 @@ def _modules(limit: ComputeLimit, summary: RunSummary) -> str:
     return ", ".join(named)
 
 
-def _advice(causes: list[str]) -> str:
+def _advice(causes: list[str], change: dict[str, Any]) -> str:
     kinds = {cause.split(":", 1)[0].lower() for cause in causes}
     small = bool(kinds & {"launch/framework overhead", "small matmuls"})
     memory = "memory-bound operators" in kinds
@@ -175,6 +200,14 @@ def _advice(causes: list[str]) -> str:
     if "precision" in kinds:
         steps.append(
             '`Trainer(precision="bf16-mixed")` (or at least `torch.set_float32_matmul_precision("high")`)'
+        )
+    elif "precision" in change:  # bf16 autocast pays where the device has bf16 units: measure it
+        steps.append('try `Trainer(precision="bf16-mixed")` (on a CPU it pays with AMX or AVX512-BF16)')
+    if change.get("compile") and not (small or memory):
+        steps.append("try `torch.compile`")
+    if change.get("channels_last"):
+        steps.append(
+            "for the convolutions, `model.to(memory_format=torch.channels_last)` and channels_last batches"
         )
     if not steps:
         steps.append("look at the trace's top operators outside the matmuls (`lightning-perf report`)")

@@ -116,6 +116,7 @@ def optimizer_share(summary: RunSummary, verdict: str | None) -> Finding | None:
             "Gradient clipping by norm adds a pass over every gradient; clip less often or not at all if the "
             "loss is stable."
         ),
+        settings_change={"fused_optimizer": True},  # tune measures it: fused where torch has it, else foreach
     )
 
 

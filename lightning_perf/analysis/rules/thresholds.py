@@ -96,7 +96,14 @@ SETTING_TARGETS = {
     "batched_transforms": "LightningModule",
     "drop_last": "DataLoader",
     "dynamic": "torch.compile",
+    # compute settings (low_mfu, optimizer_share), applied at run time by `tune -- COMMAND`
+    "compile": "torch.compile",
+    "matmul_precision": "torch",  # torch.set_float32_matmul_precision
+    "channels_last": "memory format",  # of the model and its input batches
+    "fused_optimizer": "optimizer",  # fused=True, else foreach=True
 }
+# the targets whose settings are arguments the user sets (`set num_workers=4`), not code to write
+ARGUMENT_TARGETS = ("DataLoader", "Trainer", "ModelCheckpoint")
 
 # A machine is "noisy" when other processes took this share of its CPU capacity during the run. pyperf
 # (Python's benchmark runner) calls a result unstable when its spread exceeds 10% of the mean; CPU time taken
