@@ -117,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[:key=value[,key=value...]]",
         help="a variant: a name and config overrides, e.g. workers4:data.init_args.num_workers=4, or with a "
         "command after -- settings in tune's names, e.g. workers4:num_workers=4 (num_workers, persistent_workers, "
-        "pin_memory, prefetch_factor, precision, benchmark); repeat; at least two; the first is the baseline",
+        "pin_memory, prefetch_factor, precision, benchmark, matmul_precision, compile, channels_last, "
+        "fused_optimizer); repeat; at least two; the first is the baseline",
     )
     parser.add_argument(
         "--log-dir", default=DEFAULT_LOG_DIR, metavar="DIR", help=f"log root (default: {DEFAULT_LOG_DIR})"

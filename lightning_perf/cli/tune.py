@@ -107,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME:key=value[,key=value...]",
         help="also measure this candidate of your own (repeat), e.g. workers8:data.init_args.num_workers=8 with "
         "--config, workers8:num_workers=8 with a command (settings: num_workers, persistent_workers, "
-        "pin_memory, prefetch_factor, precision, benchmark)",
+        "pin_memory, prefetch_factor, precision, benchmark, matmul_precision, compile, channels_last, "
+        "fused_optimizer)",
     )
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"

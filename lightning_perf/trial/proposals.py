@@ -23,6 +23,7 @@ from typing import Any
 
 from lightning_perf.analysis.rules.thresholds import FULL_PRECISION, SETTING_TARGETS
 from lightning_perf.analysis.summary import Finding, Settings
+from lightning_perf.trial.compute.settings import ALONE, COMPUTE_SETTINGS
 
 # the settings a Trainer flag override sets (``trainer.<key>``)
 TRAINER_KEYS = ("benchmark", "precision")
@@ -92,6 +93,8 @@ def value_text(value: Any) -> str:
 
 
 def label_of(key: str, value: Any) -> str:
+    if key == "compile" and value is True:
+        return "torch.compile"
     return key if value is True else f"{key}={value}"
 
 
@@ -105,6 +108,8 @@ def is_semantic(key: str, value: Any, settings: Settings) -> bool:
         return True
     if key == "precision":  # full precision asked for (or the default, None): lower precision changes numbers
         return settings.precision is None or str(settings.precision) in FULL_PRECISION
+    if key == "matmul_precision":  # fp32 matmuls asked for: TF32 or bf16 passes change numbers
+        return value != "highest" and settings.float32_matmul_precision in (None, "highest")
     return False
 
 
@@ -126,6 +131,10 @@ def config_key(key: str, targets: dict[str, Any]) -> str | None:
     tune sets the settings by their own names: its targets' ``trainer_keys`` say so)."""
     if key in TRAINER_KEYS:
         return targets.get("trainer_keys", {}).get(key, f"trainer.{key}")
+    if key == "compile" and targets.get("compile") and not targets.get("compile_on"):
+        return targets["compile"]  # a config's model with a compile argument
+    if key in COMPUTE_SETTINGS:  # applied at run time by a command's rounds only
+        return targets.get("compute_keys", {}).get(key)
     return targets.get("loader_keys", {}).get(key)
 
 
@@ -159,36 +168,16 @@ def propose(
                 unapplied.append(Unapplied(f.id, f.title, "needs code", f.recommendation))
             continue
         # one candidate a finding: the keys of one settings change go together (`num_workers=4` with the
-        # `persistent_workers=True` its text asks for), each key in the first finding that sets it
-        labels, overrides, changes, semantic = [], [], {}, False
-        for key, value in f.settings_change.items():
-            if key in taken:
-                continue
-            reason = _why_not(key, value, settings, targets, allow_semantic)
-            if reason is not None:
-                unapplied.append(Unapplied(f.id, f.title, reason, f.recommendation, {key: value}))
-                continue
-            wheres = config_keys(key, targets)
-            assert wheres  # _why_not checked
-            taken.add(key)
-            labels.append(label_of(key, value))
-            semantic = semantic or is_semantic(key, value, settings)
-            overrides += [(where, value_text(value)) for where in wheres]
-            changes.update({where: value for where in wheres})
-        if labels:
-            label = " + ".join(labels)
-            singles.append(
-                Candidate(
-                    slug(labels[0]),
-                    label + (f" ({SEMANTIC_LABEL})" if semantic else ""),
-                    overrides,
-                    changes,
-                    semantic,
-                    [f.id],
-                )
-            )
+        # `persistent_workers=True` its text asks for), each key in the first finding that sets it; compute
+        # settings (ALONE) one a candidate
+        together = {k: v for k, v in f.settings_change.items() if k not in ALONE}
+        alone = [{k: v} for k, v in f.settings_change.items() if k in ALONE]
+        for change in [together, *alone]:
+            single = _candidate(f, change, settings, targets, allow_semantic, taken, unapplied)
+            if single is not None:
+                singles.append(single)
     compile_key = targets.get("compile")
-    if compile_key and not targets.get("compile_on"):
+    if compile_key and not targets.get("compile_on") and "compile" not in taken:
         singles.append(Candidate("compile", "torch.compile", [(compile_key, "true")], {compile_key: True}))
     candidates = list(singles)
     if len(singles) > 1:
@@ -201,10 +190,42 @@ def propose(
                 [o for c in singles for o in c.overrides],
                 {k: v for c in singles for k, v in c.changes.items()},
                 semantic,
-                [i for c in singles for i in c.findings],
+                list(dict.fromkeys(i for c in singles for i in c.findings)),  # each finding once
             )
         )
     return Proposal(candidates, unapplied)
+
+
+def _candidate(
+    f: Finding,
+    change: dict[str, Any],
+    settings: Settings,
+    targets: dict[str, Any],
+    allow_semantic: bool,
+    taken: set[str],
+    unapplied: list[Unapplied],
+) -> Candidate | None:
+    """The candidate of one settings change of ``f`` (the keys not ``taken`` by an earlier finding), or None;
+    the keys it cannot try go to ``unapplied``."""
+    labels, overrides, changes, semantic = [], [], {}, False
+    for key, value in change.items():
+        if key in taken:
+            continue
+        reason = _why_not(key, value, settings, targets, allow_semantic)
+        if reason is not None:
+            unapplied.append(Unapplied(f.id, f.title, reason, f.recommendation, {key: value}))
+            continue
+        wheres = config_keys(key, targets)
+        assert wheres  # _why_not checked
+        taken.add(key)
+        labels.append(label_of(key, value))
+        semantic = semantic or is_semantic(key, value, settings)
+        overrides += [(where, value_text(value)) for where in wheres]
+        changes.update({where: value for where in wheres})
+    if not labels:
+        return None
+    label = " + ".join(labels) + (f" ({SEMANTIC_LABEL})" if semantic else "")
+    return Candidate(slug(labels[0]), label, overrides, changes, semantic, [f.id])
 
 
 def _why_not(
@@ -214,6 +235,8 @@ def _why_not(
         return None if config_keys(key, targets) else "needs code"
     if key in UNMEASURED_KEYS:
         return "not measured: a trial runs no validation and saves no checkpoints"
+    if key in COMPUTE_SETTINGS and config_key(key, targets) is None:
+        return "not in the config: applied at run time by tune with your command (lightning-perf tune -- COMMAND)"
     if config_key(key, targets) is None:
         return (
             f"not in the config: the DataLoader's {key} is not an argument of the datamodule or model; "

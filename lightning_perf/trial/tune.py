@@ -32,6 +32,7 @@ from typing import Any
 from lightning_perf.analysis.summary import Finding, RunSummary
 from lightning_perf.atomic_file import describe_os_error
 from lightning_perf.trial.api import BATCH_SIZES_NOTE
+from lightning_perf.trial.compute.figures import RoundFigures, beside, trial_figures
 from lightning_perf.trial.decision import (
     METHOD,
     METHOD_PER_SAMPLE,
@@ -102,6 +103,8 @@ class TuneResult:
     write_error: str | None = None
     # the winner in the project's terms: the tuned config, Hydra overrides and group file, or lines of code
     in_project: InProjectTerms | None = None
+    # each variant's mean training loss and compile time over its rounds, shown beside its speed
+    figures: dict[str, RoundFigures] = field(default_factory=dict)
 
     def render(self) -> str:
         lines = [f"tune {self.config}: diagnosis under {os.path.join(self.experiment_dir, DIAGNOSIS)}"]
@@ -122,7 +125,8 @@ class TuneResult:
             lines.append(self.trial.plan().replace(f"trial {self.trial.name}", "measured"))
             logs = {v.name: v.log_path for v in self.trial.variants if not v.ok and v.log_path}
             lines += [
-                f"  {s.describe()}" + (f" (log: {logs[s.name]})" if s.name in logs else "")
+                f"  {s.describe()}{beside(self.figures, s.name, BASELINE)}"
+                + (f" (log: {logs[s.name]})" if s.name in logs else "")
                 for s in self.speeds
             ]
             lines.append(f"  method: {self.method}")
@@ -156,6 +160,7 @@ class TuneResult:
             "not_tried": [u.to_dict() for u in self.unapplied],
             "rounds": self.rounds,
             "speeds": [s.to_dict() for s in self.speeds],
+            "figures": {name: f.to_dict() for name, f in self.figures.items()},
             "method": self.method,
             "decision": {
                 "winner": self.decision.winner,
@@ -341,6 +346,7 @@ def run_tune(
     if per_sample:  # tune's own note says how it judged: the trial's advice to compare samples/s goes
         result.trial.notes = [n for n in result.trial.notes if not n.startswith(BATCH_SIZES_NOTE)]
     result.speeds = speeds_from_trial(result.trial, labels, BASELINE, per_sample=per_sample)
+    result.figures = trial_figures(result.trial)
     if result.rounds == 0:
         result.decision = Decision(
             None, "no verdict: the budget ran out before a full round; keep your config", judged=False

@@ -31,6 +31,7 @@ from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.callback import PerfCallback
 from lightning_perf.collect import namespaces
 from lightning_perf.trial import targets
+from lightning_perf.trial.compute.loss import RoundLoss
 from lightning_perf.trial.parent_death import die_with_parent
 from lightning_perf.trial.runner import describe_error, disturbance, protocol_line
 
@@ -107,8 +108,8 @@ def prepare_trainer(
     perf_kwargs: dict[str, Any] | None = None,
     pace: Report | None = None,
 ) -> PerfCallback:
-    """Ready a variant's Trainer: its PerfCallback (the user's, arguments kept, or a new one), the progress,
-    and no checkpoint or early-stopping callback: a trial saves nothing and runs no validation to stop on."""
+    """Ready a variant's Trainer: its PerfCallback (the user's, arguments kept, or a new one), the progress, the
+    round's loss (:class:`RoundLoss`), and no checkpoint or early-stopping callback: a trial saves nothing and runs no validation to stop on."""
     # either namespace's (a command's round may build a pytorch_lightning Trainer)
     left_out = [
         cb
@@ -129,7 +130,7 @@ def prepare_trainer(
         callbacks.append(perf)
     elif perf_kwargs:
         raise ValueError("callback_kwargs are given but the callbacks already hold a PerfCallback; use one")
-    trainer.callbacks = [*callbacks, TrialProgress(steps, report, pace)]
+    trainer.callbacks = [*callbacks, TrialProgress(steps, report, pace), RoundLoss()]
     return perf
 
 

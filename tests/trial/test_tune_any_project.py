@@ -271,15 +271,18 @@ def test_the_text_report_says_where_to_set_the_winner_in_code():
 
 
 @pytest.mark.parametrize("script", ["plain_script", "pl_script"])
-def test_the_settings_reach_the_fit_on_every_lightning(tmp_path, script):
-    """Lightning's private loader re-creation (`_prepare_dataloader`, `_update_dataloader`'s helpers) on the version
-    under test, in either namespace: a short trial whose variant's settings the fit must see (no timing judged here);
-    the script's own checkpoint callback is left out (a trial writes nothing into the project)."""
+def test_the_settings_reach_the_fit_on_every_lightning(tmp_path, script, monkeypatch):
+    """Lightning's private loader re-creation (`_prepare_dataloader`, `_update_dataloader`'s helpers) and its fit of a
+    compiled module on the version under test, in either namespace: a short trial whose variant's settings the fit
+    must see (no timing judged here); the script's own checkpoint callback is left out (a trial writes nothing into
+    the project)."""
+    monkeypatch.setenv("LIGHTNING_PERF_COMPILE_BACKEND", "eager")  # dynamo without inductor's code generation
     project = copy_project(script, tmp_path)
+    settings = "num_workers=2,persistent_workers=true,benchmark=true,compile=true,fused_optimizer=true"
     done = lightning_perf(
         project,
         *("trial", "--steps", "4", "--repeats", "1", "--warmup-steps", "0", "--format", "json"),
-        *("--variant", "baseline", "--variant", "w2:num_workers=2,persistent_workers=true,benchmark=true"),
+        *("--variant", "baseline", "--variant", f"w2:{settings}"),
         *("--", sys.executable, "train.py"),
     )
     assert done.returncode in (0, 1), done.stderr[
@@ -287,12 +290,16 @@ def test_the_settings_reach_the_fit_on_every_lightning(tmp_path, script):
     ]  # 1: one round gives no interval, not a failure here
     variants = {v["name"]: v for v in json.loads(done.stdout)["variants"]}
     assert all(v["status"] == "ok" for v in variants.values()), variants
-    seen = {
-        name: json.loads(Path(project, v["round_dirs"][0], "perf_summary.json").read_text())["settings"]
+    summaries = {
+        name: json.loads(Path(project, v["round_dirs"][0], "perf_summary.json").read_text())
         for name, v in variants.items()
     }
+    seen = {name: summary["settings"] for name, summary in summaries.items()}
     assert seen["baseline"]["num_workers"] == 0 and seen["w2"]["num_workers"] == 2
     assert seen["w2"]["persistent_workers"] is True and seen["w2"]["cudnn_benchmark"] is True
+    assert summaries["baseline"]["compile"] is None and summaries["w2"]["compile"]["compiles"] >= 1
+    # the round's loss, read from what training_step returned
+    assert all((Path(project, v["round_dirs"][0]) / "round_loss.json").is_file() for v in variants.values())
     assert not (project / "checkpoints").exists() and not (project / "lightning_logs").exists()
 
 

@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
+from lightning_perf.trial.compute.settings import COMPUTE_SETTINGS, check_value
 from lightning_perf.trial.runner import RoundLimits, RoundReport, run_worker, worker_env
 from lightning_perf.trial.spec import TrialError
 
@@ -27,11 +28,13 @@ RUN_ENV = "LIGHTNING_PERF_RUN"
 LOADER_SETTINGS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
 # the Trainer settings a round applies to every Trainer the command builds
 TRAINER_SETTINGS = ("precision", "benchmark")
-RUNTIME_SETTINGS = LOADER_SETTINGS + TRAINER_SETTINGS
+# the compute settings a round applies to the model and its optimizers (lightning_perf.trial.compute)
+RUNTIME_SETTINGS = LOADER_SETTINGS + TRAINER_SETTINGS + COMPUTE_SETTINGS
 # where the candidates of a command's tune set each setting: the setting's own name (see proposals.config_key)
 RUNTIME_TARGETS: dict[str, Any] = {
     "loader_keys": {key: key for key in LOADER_SETTINGS},
     "trainer_keys": {key: key for key in TRAINER_SETTINGS},
+    "compute_keys": {key: key for key in COMPUTE_SETTINGS},
     "recipes": {},
     "compile": None,
 }
@@ -84,7 +87,7 @@ def parse_settings(name: str, overrides: Sequence[tuple[str, str]], label: str) 
         if key not in RUNTIME_SETTINGS:
             raise TrialError(
                 f"{label} {name!r}: {key!r} is not a setting a round of a command can apply; use one of "
-                f"{', '.join(RUNTIME_SETTINGS)} (e.g. {name}:num_workers=4)"
+                f"{', '.join(RUNTIME_SETTINGS)} (e.g. {name}:num_workers=4 or {name}:compile=true)"
             )
         try:
             value = yaml.safe_load(text)
@@ -104,6 +107,9 @@ def _check_value(name: str, key: str, value: Any, label: str) -> None:
         raise TrialError(f"{label} {name!r}: prefetch_factor must be an integer >= 1 or null, got {value!r}")
     if key in ("persistent_workers", "pin_memory", "benchmark") and not isinstance(value, bool):
         raise TrialError(f"{label} {name!r}: {key} must be true or false, got {value!r}")
+    why = check_value(key, value)
+    if why is not None:
+        raise TrialError(f"{label} {name!r}: {why}")
 
 
 def check_command(command: Sequence[str]) -> list[str]:

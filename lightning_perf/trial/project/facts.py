@@ -10,7 +10,9 @@ Written as JSON at the end of the round's fit (:mod:`lightning_perf.trial.projec
 * ``hydra``: a Hydra app's config folder, its group choices, the overrides it ran with, and the composed config's
   nodes that built the Trainer and the datamodule (their path and keys);
 * ``datamodule``: its class, where it is defined, and its ``__init__`` arguments' values (from ``hparams`` or
-  attributes of the same name).
+  attributes of the same name);
+* ``compute``: the script, the line that called ``Trainer.fit``, the model's class and each optimizer's, and how
+  it can step (fused or foreach), for the compute settings.
 
 Only plain values (numbers, strings, booleans, None) are kept.
 """
@@ -25,6 +27,7 @@ from typing import Any
 
 from lightning_perf.atomic_file import atomic_open
 from lightning_perf.trial import targets
+from lightning_perf.trial.compute.apply import compute_facts
 
 PLAIN = (int, float, bool, str, type(None))
 MISSING = object()
@@ -39,6 +42,7 @@ def write_facts(path: str, run: Any, trainer: Any) -> None:
         "hydra": hydra_facts(trainer, datamodule),
         "datamodule": object_facts(datamodule),
         "argv": list(sys.argv),
+        "compute": compute_facts(run, trainer),
     }
     with atomic_open(path) as fh:
         json.dump(facts, fh, indent=2, default=repr)

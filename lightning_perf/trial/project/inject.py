@@ -10,7 +10,8 @@ then wraps
 * Lightning's ``_DataConnector._prepare_dataloader`` for the training loader(s): the candidate's DataLoader
   settings, the loader re-created from the arguments it was built with, as Lightning re-creates one to inject a
   sampler (``_update_dataloader``);
-* ``Trainer.fit``: when it returns, the facts tune needs to name the winner in the project's terms
+* ``Trainer.fit``: the candidate's compute settings on the model it is given (``matmul_precision``, ``compile``,
+  ``channels_last``, ``fused_optimizer``: :mod:`lightning_perf.trial.compute.apply`); when it returns, the facts tune needs to name the winner in the project's terms
   (:mod:`lightning_perf.trial.project.facts`), ``done``, and the process ends (what the script does after the fit
   is no part of the measurement);
 * ``LightningCLI.instantiate_classes``: the CLI's parsed config and classes.
@@ -43,6 +44,7 @@ class Round:
         self.settings: dict[str, Any] = dict(spec.get("settings") or {})
         self.loaders: list[dict[str, Any]] = []
         self.trainer_site: str | None = None
+        self.fit_site: str | None = None
         self.trainer_kwargs: dict[str, Any] = {}
         self.cli: Any = None  # (parsed config, model, datamodule) of a LightningCLI
         self.perf: Any = None
@@ -179,8 +181,12 @@ def _wrap_lightning(module: Any) -> None:
 
     @functools.wraps(fit)
     def fit_then_end(self: Any, *args: Any, **kwargs: Any) -> None:
+        from lightning_perf.trial.compute.apply import fit_arguments
+
         run = ROUND
         assert run is not None
+        run.fit_site = run.fit_site or call_site(self)
+        args, kwargs = fit_arguments(run.settings, args, kwargs)  # the compute settings, on the model
         _fit_and_end(run, self, lambda: fit(self, *args, **kwargs))
 
     trainer_cls.__init__ = __init__

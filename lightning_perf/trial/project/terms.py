@@ -6,7 +6,8 @@
   config lacks) and a tuned config group file (``<group>/<choice>_tuned.yaml`` under the experiment folder, the
   chosen option with the changes on top), used by ``hydra.searchpath`` and the group's new choice.
 * **Settings made in code**: the file and line that builds the DataLoader or the Trainer, with the keyword to
-  change.
+  change; for a compute setting the line that calls ``Trainer.fit`` (``model = torch.compile(model)``), the
+  script's top (``torch.set_float32_matmul_precision("high")``) or the optimizer's (``fused=True``).
 
 A datamodule argument that feeds a DataLoader setting under another name (``workers``) is found by what the run
 built: its value equals the one seen on the DataLoader and its name says what it is (it holds ``worker``).
@@ -16,10 +17,12 @@ Pure: reads the facts (JSON) and writes YAML; imports no Lightning.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_perf.trial.compute.settings import COMPUTE_SETTINGS, code_lines
 from lightning_perf.trial.project.command import LOADER_SETTINGS, TRAINER_SETTINGS
 from lightning_perf.trial.proposals import value_text
 from lightning_perf.trial.tuned_config import write_tuned
@@ -122,7 +125,7 @@ def _hydra(facts: dict[str, Any], changes: dict[str, Any], experiment_dir: str) 
     left: dict[str, Any] = {}
     for key, value in changes.items():
         role = "trainer" if key in TRAINER_SETTINGS else "data"
-        node = nodes.get(role)
+        node = nodes.get(role) if key not in COMPUTE_SETTINGS else None  # set in code
         name = (
             key if role == "trainer" else (argument_for(key, seen.get(key), node["keys"]) if node else None)
         )
@@ -171,6 +174,11 @@ def _group_file(
     return target, usage
 
 
+def _python(value: Any) -> str:
+    """A value as Python code: ``"bf16-mixed"``, ``True``, ``4``."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
 def _code_lines(facts: dict[str, Any], changes: dict[str, Any]) -> list[str]:
     """Settings made in code: the line that builds the DataLoader or Trainer, the keyword to change; a
     datamodule argument that feeds a loader setting under its own name is named."""
@@ -178,7 +186,9 @@ def _code_lines(facts: dict[str, Any], changes: dict[str, Any]) -> list[str]:
     seen = _seen(facts)
     datamodule = facts.get("datamodule") or {}
     for key, value in changes.items():
-        if key in LOADER_SETTINGS:
+        if key in COMPUTE_SETTINGS:
+            lines += code_lines(facts, {key: value})
+        elif key in LOADER_SETTINGS:
             name = argument_for(key, seen.get(key), datamodule.get("args") or {})
             if name is not None and name != key:
                 where = datamodule.get("site") or datamodule.get("class")
@@ -190,5 +200,5 @@ def _code_lines(facts: dict[str, Any], changes: dict[str, Any]) -> list[str]:
             lines.append(f"{site}: the DataLoader built here: set {key}={value_text(value)}")
         else:
             site = facts.get("trainer_site") or "the code that builds the Trainer"
-            lines.append(f"{site}: the Trainer built here: set {key}={value!r}")
+            lines.append(f"{site}: the Trainer built here: set {key}={_python(value)}")
     return lines
