@@ -129,7 +129,7 @@ def _stop_at_budget(
     for outcome in outcomes:
         if outcome.status == "failed":
             continue
-        del outcome.rounds[done:], outcome.round_dirs[done:], outcome.round_reports[done:]
+        _drop_rounds_after([outcome], done)
         if outcome.log_path is not None and outcome.round_dirs:  # the last round kept
             outcome.log_path = os.path.join(outcome.round_dirs[-1], WORKER_LOG_FILENAME)
         elif outcome.log_path is not None and not os.path.exists(outcome.log_path):  # never started
@@ -157,22 +157,18 @@ def _rounds_until_decided(
         why = limits.undecided(running) if len(running) > 1 else None
         if why is None:
             break
-        if limits.budget_deadline is not None:
-            left = limits.budget_deadline - time.monotonic()
-            if (limits.expected_s or float("inf")) * len(running) > left:
-                result.notes.append(
-                    f"undecided after {result.repeats} rounds ({why}); no time is left for another"
-                )
-                break
+        need, left = _round_time(limits, running)
+        if need > left:
+            result.notes.append(
+                f"undecided after {result.repeats} rounds ({why}); no time is left for another"
+            )
+            break
         reporter.add_round()
         reporter.say(f"round {result.repeats + 1}: {why}")
         result.repeats += 1
         if _run_round(result, outcomes, result.repeats, run_one, reporter, limits):
             result.repeats -= 1
-            for outcome in outcomes:  # the partial round is dropped
-                if outcome.status != "failed":
-                    del outcome.rounds[result.repeats :], outcome.round_dirs[result.repeats :]
-                    del outcome.round_reports[result.repeats :]
+            _drop_rounds_after(outcomes, result.repeats)  # the partial round
             break
     if result.repeats > planned:
         still = limits.undecided([o for o in outcomes if o.status != "failed"])
@@ -180,6 +176,21 @@ def _rounds_until_decided(
             f"{result.repeats - planned} round(s) beyond the {planned} planned, until the verdict was decided"
             + (f" (still undecided: {still})" if still else "")
         )
+
+
+def _round_time(limits: RoundLimits, running: list[VariantResult]) -> tuple[float, float]:
+    """(seconds one more round of ``running`` takes at the expected pace, seconds of the budget left: infinite
+    without a budget)."""
+    if limits.budget_deadline is None:
+        return 0.0, float("inf")
+    return (limits.expected_s or float("inf")) * len(running), limits.budget_deadline - time.monotonic()
+
+
+def _drop_rounds_after(outcomes: list[VariantResult], kept: int) -> None:
+    """Every variant still running keeps its first ``kept`` rounds (a partial round is never judged)."""
+    for outcome in outcomes:
+        if outcome.status != "failed":
+            del outcome.rounds[kept:], outcome.round_dirs[kept:], outcome.round_reports[kept:]
 
 
 def _rerun_most_disturbed(
@@ -201,8 +212,7 @@ def _rerun_most_disturbed(
     if not counts or limits.budget_deadline is None:
         return
     worst = max(counts, key=lambda number: (counts[number], -number))
-    left = limits.budget_deadline - time.monotonic()
-    need = (limits.expected_s or float("inf")) * len(running)
+    need, left = _round_time(limits, running)
     if need > left:
         result.notes.append(
             f"round {worst} was disturbed; not run again: {left:.0f} s of the budget ({limits.budget_label}) "
