@@ -11,7 +11,7 @@ correlation id). Times are per profiled step.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -76,6 +76,24 @@ def module_times(events: Iterable[Mapping[str, Any] | Span], steps: int) -> list
     return _figures(modules, max(steps, 1))
 
 
+_Stack = list[tuple[float, str, Any]]  # the spans open around a span: (end, kind, module path or span index)
+
+
+def _nested(walk: list[tuple[int, int]], cols: Any) -> Iterator[tuple[int, float, float, _Stack]]:
+    """Each span of ``walk`` in order, with its start and end and the spans still open around it on its thread
+    (the caller pushes the span itself when it nests others). Both passes walk the same way."""
+    stack: _Stack = []
+    thread = None
+    for index, span_thread in walk:
+        start, end = float(cols.start[index]), float(cols.end[index])
+        if span_thread != thread:
+            stack.clear()
+            thread = span_thread
+        while stack and stack[-1][0] <= start + TIME_TOLERANCE_US:
+            stack.pop()
+        yield index, start, end, stack
+
+
 def _forward_pass(
     walk: list[tuple[int, int]],
     cols: Any,
@@ -87,15 +105,7 @@ def _forward_pass(
     """Each module's forward time and calls, the operators called directly in it, and which module created
     each autograd node (the innermost module around the operator that carries its sequence number)."""
     names = cols.names
-    stack: list[tuple[float, str, Any]] = []  # (end, kind, module path or span index)
-    thread = None
-    for index, span_thread in walk:
-        start, end = float(cols.start[index]), float(cols.end[index])
-        if span_thread != thread:
-            stack.clear()
-            thread = span_thread
-        while stack and stack[-1][0] <= start + TIME_TOLERANCE_US:
-            stack.pop()
+    for index, start, end, stack in _nested(walk, cols):
         inside = _innermost_module(stack)
         name = names[cols.name_code[index]]
         if is_module[index]:
@@ -135,15 +145,7 @@ def _kernel_pass(
 ) -> None:
     """Each launch's kernels to the innermost module forward, or the backward node's module, around it."""
     names = cols.names
-    stack: list[tuple[float, str, Any]] = []
-    thread = None
-    for index, span_thread in walk:
-        start, end = float(cols.start[index]), float(cols.end[index])
-        if span_thread != thread:
-            stack.clear()
-            thread = span_thread
-        while stack and stack[-1][0] <= start + TIME_TOLERANCE_US:
-            stack.pop()
+    for index, _, end, stack in _nested(walk, cols):
         if is_runtime[index]:
             launched = kernel_us.get(cols.correlation[index], 0.0)
             if launched:
