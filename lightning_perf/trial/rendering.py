@@ -10,6 +10,7 @@ from typing import Any
 
 from lightning_perf.analysis.verdicts.comparison_render import render_markdown, render_text
 from lightning_perf.trial import runner
+from lightning_perf.trial.compute.figures import figures_lines
 
 
 def disturbed_rounds(variant: Any) -> list[tuple[int, str]]:
@@ -63,6 +64,9 @@ def render_trial(result: Any, fmt: str = "text") -> str:
     text = "\n".join(lines)
     if result.comparison is not None:
         text += render_markdown(result.comparison) if markdown else render_text(result.comparison)
+    figures = figures_lines(result)  # the loss beside the speed: a change of numerics still trains
+    if figures:
+        text += "\n" + "\n".join(f"{line}\n" if markdown else line for line in figures) + "\n"
     failed = result.failed
     if failed:
         title = "**Failed variants (not compared):**" if markdown else "failed variants (not compared):"

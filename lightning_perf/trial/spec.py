@@ -20,6 +20,7 @@ from lightning_perf.analysis.verdicts.comparison_render import to_json
 from lightning_perf.atomic_file import describe_os_error, probe_write
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
+from lightning_perf.trial.compute.figures import variant_figures
 from lightning_perf.trial.rendering import disturbed_rounds, render_trial, trial_plan
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ class TrialResult:
                     "median_step_ms": v.median_step_ms,
                     "overrides": {key: value for key, value in v.overrides},
                     "disturbed_rounds": [{"round": i, "line": text} for i, text in disturbed_rounds(v)],
+                    "figures": variant_figures(v).to_dict() if v.ok else None,  # loss, compile time
                 }
                 for v in self.variants
             ],

@@ -148,9 +148,9 @@ def test_no_datasheet_figure_for_an_unknown_device_or_dtype():
             False,
             {"precision": "bf16-mixed", "matmul_precision": "high", "compile": True},
         ),
-        # a V100 has no bf16 (the mixed_precision finding proposes 16-mixed); a compiled run in bf16 already
+        # a V100 has no bf16 (the mixed_precision finding proposes 16-mixed); a compiled conv model in bf16 already
         ({"accelerator": "cuda", "compute_capability": [7, 0]}, False, {"compile": True}),
-        ({"precision": "bf16-mixed"}, True, {}),
+        ({"precision": "bf16-mixed", "model_has_conv": True}, True, {"channels_last": True}),
     ],
 )
 def test_low_mfu_carries_the_compute_settings_tune_measures(settings, compiled, change):

@@ -14,11 +14,17 @@ from lightning_perf.analysis.compile_summary import CompileSummary
 from lightning_perf.analysis.findings_render import render_console
 from lightning_perf.analysis.summary import Finding, RunSummary, Settings
 from lightning_perf.trial.compute.apply import fit_arguments, optimizers_in, step_kind
-from lightning_perf.trial.compute.figures import LOSS_FILENAME, RoundFigures, beside, variant_figures
+from lightning_perf.trial.compute.figures import (
+    LOSS_FILENAME,
+    RoundFigures,
+    beside,
+    figures_lines,
+    variant_figures,
+)
 from lightning_perf.trial.project.command import RUNTIME_TARGETS, parse_settings
 from lightning_perf.trial.project.terms import in_project_terms
 from lightning_perf.trial.proposals import COMBINED, SEMANTIC_LABEL, propose
-from lightning_perf.trial.spec import TrialError, VariantResult
+from lightning_perf.trial.spec import TrialError, TrialResult, VariantResult
 
 LOW_MFU = {"precision": "bf16-mixed", "compile": True, "channels_last": True}
 
@@ -184,6 +190,12 @@ def test_the_loss_and_compile_time_of_the_rounds_stand_beside_the_speed(tmp_path
     assert beside(figures, "torch.compile", "baseline") == (
         "; mean loss 2.1 (baseline 2.05); compile 2.0 s a round, not in the step times"
     )
+    # a trial's report says the same for every variant
+    trial = TrialResult("t", "", 10, [VariantResult("baseline", "", status="ok"), variant])
+    assert figures_lines(trial) == [
+        "mean training loss over the rounds: torch.compile 2.1",
+        "torch.compile a round (not in the step times): torch.compile 2.0 s",
+    ]
     assert beside({"x": RoundFigures(loss=float("nan"))}, "x", "baseline") == (
         "; mean loss nan (not finite: training diverged)"
     )

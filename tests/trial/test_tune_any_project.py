@@ -298,8 +298,9 @@ def test_the_settings_reach_the_fit_on_every_lightning(tmp_path, script, monkeyp
     assert seen["baseline"]["num_workers"] == 0 and seen["w2"]["num_workers"] == 2
     assert seen["w2"]["persistent_workers"] is True and seen["w2"]["cudnn_benchmark"] is True
     assert summaries["baseline"]["compile"] is None and summaries["w2"]["compile"]["compiles"] >= 1
-    # the round's loss, read from what training_step returned
-    assert all((Path(project, v["round_dirs"][0]) / "round_loss.json").is_file() for v in variants.values())
+    # the round's loss, read from what training_step returned, and the compile time kept apart
+    assert all(v["figures"]["loss_rounds"] == 1 for v in variants.values())
+    assert variants["w2"]["figures"]["compile_s"] > 0 and variants["baseline"]["figures"]["compile_s"] is None
     assert not (project / "checkpoints").exists() and not (project / "lightning_logs").exists()
 
 

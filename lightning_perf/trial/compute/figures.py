@@ -71,5 +71,16 @@ def beside(figures: dict[str, RoundFigures], name: str, baseline: str) -> str:
     return text
 
 
+def figures_lines(trial: Any) -> list[str]:
+    """A trial's report lines: each variant's mean training loss over its rounds, and compile time a round."""
+    figures = trial_figures(trial)
+    losses = [f"{name} {_loss(f.loss)}" for name, f in figures.items() if f.loss is not None]
+    compiled = [f"{name} {f.compile_s:.1f} s" for name, f in figures.items() if f.compile_s is not None]
+    lines = ["mean training loss over the rounds: " + ", ".join(losses)] if losses else []
+    if compiled:
+        lines.append("torch.compile a round (not in the step times): " + ", ".join(compiled))
+    return lines
+
+
 def _loss(value: float) -> str:
     return f"{value:.4g}" if math.isfinite(value) else f"{value} (not finite: training diverged)"
