@@ -243,8 +243,10 @@ def test_inductor_compile_time_with_its_lazy_backward_is_kept_apart(tmp_path):
 
     comp = summary.compile
     assert (comp.compiles, comp.recompiles, comp.steps_excluded) == (2, 1, 1)
-    # (inductor's caches may make a repeat compile fast: compared with the steps, not with a fixed time)
-    assert comp.longest_s == comp.events[0].duration_s > summary.timing.step_time_ms.max / 1e3
+    # (inductor's caches may make a compile fast, the first as the recompile: each is compared with the steps,
+    # not with a fixed time nor with each other; CI read 2.17 s for the first, 2.38 s for the recompile)
+    assert comp.longest_s == max(e.duration_s for e in comp.events)
+    assert comp.events[0].duration_s > summary.timing.step_time_ms.max / 1e3
     assert summary.timing.steps == 5 - 1 - 1  # the epoch's first batch and the recompiled last one
     assert summary.timing.step_time_ms.max < comp.events[1].duration_s * 1e3
     assert by_id(summary, "recompilation").settings_change == {"drop_last": True}
