@@ -49,8 +49,12 @@ test: lint
 
 # the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6.
 # Only `make test` runs what cannot change with Lightning's version: the pure stages (analysis, traces, the
-# import architecture) and the long tests marked `once` (timed trial/tune rounds, a Ctrl-C): ~5 minutes a version
-ONLY_ONCE = --ignore=tests/analysis --ignore=tests/traces --ignore=tests/test_architecture.py -m "not once"
+# import architecture), the readers of finished runs (the compare command, the Perf tab), our own files under disk
+# faults, the docs and the GPU check's dry run, and the long tests marked `once` (timed trial/tune rounds, a
+# Ctrl-C): ~4 minutes a version
+ONLY_ONCE = --ignore=tests/analysis --ignore=tests/traces --ignore=tests/test_architecture.py \
+	--ignore=tests/cli --ignore=tests/tensorboard_plugin --ignore=tests/faults/test_disk_faults.py \
+	--ignore=tests/test_docs.py --ignore=tests/test_gpu_check.py -m "not once"
 test-lightning: venv
 	$(BIN)/pip install --quiet --no-deps lightning==$(V) pytorch-lightning==$(V)
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q $(PYTEST_JOBS) $(ONLY_ONCE)
