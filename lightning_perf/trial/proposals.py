@@ -9,8 +9,10 @@ Pure: takes the findings of the diagnosis fit, its settings and where the config
   those the config cannot reach (a DataLoader built in code with fixed arguments), those a trial cannot measure
   (validation and checkpoint frequency: trials run neither) and semantic changes not asked for.
 
-A change that alters what is learned (the batch size; lower precision for a run that asked for full precision)
-is a candidate only with ``allow_semantic`` and is always labelled so.
+Each compute setting of a finding (``precision``, ``matmul_precision``, ``compile``, ``channels_last``,
+``fused_optimizer``) is a candidate of its own. A change that alters what is learned (the batch size; lower
+precision or TF32 matmuls for a run that asked for full precision) is a candidate only with ``allow_semantic`` and
+is always labelled so.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ then wraps
   settings, the loader re-created from the arguments it was built with, as Lightning re-creates one to inject a
   sampler (``_update_dataloader``);
 * ``Trainer.fit``: the candidate's compute settings on the model it is given (``matmul_precision``, ``compile``,
-  ``channels_last``, ``fused_optimizer``: :mod:`lightning_perf.trial.compute.apply`); when it returns, the facts tune needs to name the winner in the project's terms
-  (:mod:`lightning_perf.trial.project.facts`), ``done``, and the process ends (what the script does after the fit
-  is no part of the measurement);
+  ``channels_last``, ``fused_optimizer``: :mod:`lightning_perf.trial.compute.apply`); when it returns, the facts
+  tune needs to name the winner in the project's terms (:mod:`lightning_perf.trial.project.facts`), ``done``, and
+  the process ends (what the script does after the fit is no part of the measurement);
 * ``LightningCLI.instantiate_classes``: the CLI's parsed config and classes.
 """
 
