@@ -80,3 +80,32 @@ def test_build_report_rejects_bad_jobs_naming_the_argument(many_ranks, jobs):
 def test_default_jobs_is_the_usable_cores():
     assert check_jobs(None) == default_jobs() == len(os.sched_getaffinity(0))
     assert check_jobs(3) == 3
+
+
+def test_the_reading_processes_end_when_the_process_that_started_them_is_killed():
+    """A TensorBoard serving the Perf tab, stopped while its pool was open, left its reading processes waiting on
+    their queue for ever (six of ~170 MB each); now each ends within about a second of its parent."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    script = (
+        "import os, time\n"
+        "from lightning_perf.traces.read.parallel_reader import _pool\n"
+        "pool = _pool(2)\n"
+        "print(sorted({pool.submit(os.getpid).result() for _ in range(8)}), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [psutil.Process(pid) for pid in json.loads(owner.stdout.readline())]
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(w.is_running() and w.status() != "zombie" for w in workers):
+        time.sleep(0.2)
+    assert not [w.pid for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,6 +28,8 @@ from typing import Any, TypeVar
 from lightning_perf.traces.read.allocator import keep_freed_memory
 
 T = TypeVar("T")
+# how often a reading process looks whether the process that started it is still there
+PARENT_CHECK_S = 1.0
 
 
 def default_jobs() -> int:
@@ -123,7 +127,34 @@ def map_traces(
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=keep_freed_memory)
+    return ProcessPoolExecutor(
+        max_workers=jobs, mp_context=_context(), initializer=_start_worker, initargs=(os.getpid(),)
+    )
+
+
+def _start_worker(owner: int) -> None:
+    """A reading process keeps freed memory for the next trace (see allocator.py) and ends when ``owner``, the
+    process whose pool it serves, is gone: a pool's idle workers wait on their queue for ever otherwise (a
+    TensorBoard serving the Perf tab, stopped with its pool open, left six of ~170 MB each). Their parent is the
+    forkserver, which outlives the owner, so the owner itself is watched."""
+    keep_freed_memory()
+
+    def watch() -> None:
+        while _alive(owner):
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="lightning-perf-owner-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists and is another user's
+    return True
 
 
 def _alone(fn: Callable[[str], T], path: str, errors: tuple[type[BaseException], ...]) -> tuple[bool, Any]:
