@@ -34,3 +34,15 @@ def cpu_hogs():
     yield pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(autouse=True)
+def sigint_as_it_was():
+    """Lightning answers a KeyboardInterrupt in ``fit`` by ignoring SIGINT for the rest of the process, and an
+    ignored signal stays ignored in every process started after: a later test's Ctrl-C to a ``tune`` it started
+    (or from a DataLoader worker to this process) was then lost, in whichever test runner process drew the
+    interrupt test first (CI: two failures, 136 s each). Each test gets SIGINT back as it found it."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not handler:
+        signal.signal(signal.SIGINT, handler)

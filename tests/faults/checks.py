@@ -89,7 +89,9 @@ def seeded_fit(tmp_path, callbacks, model_cls=TinyModel, **trainer_kwargs) -> tu
 
 @pytest.fixture
 def restore_sigint():
-    """Lightning answers Ctrl-C by ignoring SIGINT for the rest of the process; give it back."""
+    """Ctrl-C as a user's process has it (KeyboardInterrupt), whatever an earlier test left; Lightning answers
+    Ctrl-C by ignoring SIGINT for the rest of the process: given back after."""
     handler = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, handler)

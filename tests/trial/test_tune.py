@@ -204,6 +204,9 @@ def test_ctrl_c_keeps_the_rounds_done_and_leaves_no_process(project):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal's process has it: an ignored SIGINT (left by an earlier test in this runner
+        # process) would be inherited and the signal lost
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     experiment = project / "perf_logs" / "exp_tune"
     first_round = experiment / "baseline" / "round_1" / "perf_summary.json"
