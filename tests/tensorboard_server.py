@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -63,10 +64,22 @@ class TensorBoardServer:
         raise TimeoutError(f"tensorboard {path} not ready after {timeout_s} s; last answer: {last!r}")
 
     def close(self) -> None:
+        """Stop the server and every process it started: torch-tb-profiler's plugin loads runs in spawned
+        processes that outlive a terminated server (CI left three, ~440 MB, after each browser test)."""
+        import psutil
+
+        try:
+            started = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            started = []
         self.process.terminate()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        for child in started:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        psutil.wait_procs(started, timeout=10)
         self.process.stderr.close()
