@@ -223,6 +223,8 @@ def _difference(label: str, pairs: list[tuple[float, float]]) -> float:
     empty_us = statistics.median(e for _, e in pairs)
     print(f"  {label}")
     print(f"    PerfCallback {perf_us:7.2f} us/batch, empty Callback() {empty_us:7.2f} us/batch (medians)")
+    # one disturbed round moves the mean (and widens its interval) far more than the median of the pairs
+    print(f"    median of the per-round differences: {statistics.median(diffs):.2f} us/batch")
     print(
         f"    cost above an empty Callback: {mean:.2f} us/batch, 95% interval {interval.low:.2f}-"
         f"{interval.high:.2f} us (target <= {TARGET_US:g} us: {'met' if interval.high <= TARGET_US else 'not met'})"
