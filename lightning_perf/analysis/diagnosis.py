@@ -78,8 +78,10 @@ def diagnose(summary: RunSummary) -> list[Finding]:
 def _one_voice(findings: list[Finding], summary: RunSummary) -> list[Finding]:
     """Advice that does not contradict itself: when the input pipeline is CPU-bound in a way more workers
     cannot fix (``batched_transforms``), the input-bound finding does not also ask for more workers, except a
-    first worker for a run with none: with 0 workers loading never overlaps the step."""
-    if summary.settings.num_workers == 0 or not any(f.id == "batched_transforms" for f in findings):
+    first worker for a run with none: with 0 workers loading never overlaps the step. Fewer workers stay: the
+    workers may be saturated by the hand-off itself (large batches), which fewer workers save."""
+    current = summary.settings.num_workers
+    if current == 0 or not any(f.id == "batched_transforms" for f in findings):
         return findings
     return [
         dataclasses.replace(
@@ -88,7 +90,7 @@ def _one_voice(findings: list[Finding], summary: RunSummary) -> list[Finding]:
             "per-sample work off the CPU.",
             settings_change={},
         )
-        if f.id == "input_bound" and "num_workers" in f.settings_change
+        if f.id == "input_bound" and (current is None or f.settings_change.get("num_workers", -1) > current)
         else f
         for f in findings
     ]

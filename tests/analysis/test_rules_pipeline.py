@@ -168,3 +168,29 @@ def test_a_probe_with_predicted_steps_is_read_with_overlap_not_by_delivery_rate(
     assert "1.7 of 2 usable cores" in finding.evidence
     candidates[1]["predicted_step_ms"] = 150.0  # under the 1.2x line: the probe found no gain after all
     assert "predicts at most 1.05x the step of num_workers=0" in fire(summary).evidence
+
+
+def test_one_voice_keeps_fewer_workers_beside_batched_transforms():
+    """Workers saturated by the hand-off of large batches (12.6 MB, in memory: 2 workers 9.3-11.7 ms a step, 0
+    workers 2.1-2.6 ms here) fire batched_transforms too; the input-bound finding's "Set num_workers=0" was then
+    replaced by "More workers will not help". Only more workers are taken back."""
+    from lightning_perf.analysis.diagnosis import _one_voice
+    from lightning_perf.analysis.summary import Finding, Settings
+
+    summary = RunSummary(settings=Settings(num_workers=2))
+    batched = Finding(id="batched_transforms", severity="high", title="t", evidence="e", recommendation="r")
+
+    def input_bound(workers: int) -> Finding:
+        return Finding(
+            id="input_bound",
+            severity="high",
+            title="t",
+            evidence="e",
+            recommendation=f"Set `num_workers={workers}`",
+            settings_change={"num_workers": workers},
+        )
+
+    fewer = {f.id: f for f in _one_voice([batched, input_bound(0)], summary)}["input_bound"]
+    assert fewer.settings_change == {"num_workers": 0} and fewer.recommendation == "Set `num_workers=0`"
+    more = {f.id: f for f in _one_voice([batched, input_bound(4)], summary)}["input_bound"]
+    assert more.settings_change == {} and "More workers will not help" in more.recommendation

@@ -130,8 +130,11 @@ def test_cpu_saturated_workers_get_batched_transforms_and_no_more_workers(tmp_pa
     elif "batched_transforms" in found:
         assert found["batched_transforms"].settings_change == {"batched_transforms": True}
         assert "compute" in found["batched_transforms"].evidence
-    else:  # others took part of the cores, so these two did not fill them: withheld, and the machine is named
-        assert "noisy_machine" in found, [f.id for f in summary.findings]
+    else:
+        # the cores were not full: on a quiet machine the model waits half of each step, so one saturated worker
+        # and the model use ~1.5 of the 2 cores (here 1.47-1.49) and the worker is named saturated; or others
+        # took part of the cores and the machine is named
+        assert "workers_saturated" in found or "noisy_machine" in found, [f.id for f in summary.findings]
 
 
 def test_fast_loader_gets_no_workers_advice(tmp_path):
