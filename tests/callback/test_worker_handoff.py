@@ -37,6 +37,11 @@ def advised_workers(summary: RunSummary) -> int | None:
     return changes[0] if changes else None
 
 
+def busy(summary: RunSummary) -> bool:
+    """Other processes used the cores while this run measured (the machine is named among the findings)."""
+    return any(f.id == "noisy_machine" for f in summary.findings)
+
+
 def input_bound(summary: RunSummary) -> bool:
     found = next((f for f in summary.findings if f.id == "input_bound"), None)
     return found is not None and found.severity in ("high", "medium")
@@ -112,7 +117,12 @@ def test_large_in_memory_samples_with_2_workers_are_told_0_and_following_it_is_f
     (which used to replace the advice with "More workers will not help"); following it is faster."""
     data = TensorDataset(torch.randn(480, 3, 256, 256), torch.randn(480, 1))
     summary = fit(tmp_path / "two", DataLoader(data, batch_size=16, num_workers=2), 60, model=PoolModel())
-    assert advised_workers(summary) == 0, [f.recommendation for f in summary.findings]
+    advised = advised_workers(summary)
+    if busy(summary):
+        # others used the cores (CI's other test process): no count may be sized, and never more workers
+        assert advised is None or advised < 2, [f.recommendation for f in summary.findings]
+        return
+    assert advised == 0, [f.recommendation for f in summary.findings]
     followed = fit(tmp_path / "zero", DataLoader(data, batch_size=16, num_workers=0), 60, model=PoolModel())
     assert advised_workers(followed) is None  # and the run that follows it is told to keep it
     assert followed.timing.step_time_ms.mean < summary.timing.step_time_ms.mean
