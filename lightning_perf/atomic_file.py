@@ -27,10 +27,13 @@ PERSISTENT_ERRNOS = frozenset(
 )
 
 
-def temporary_name(path: str, ending: str = "") -> str:
-    """The hidden temporary name :func:`atomic_path` writes ``path`` under (``ending`` appended)."""
+def temporary_name(path: str, ending: str = "", stem: str | None = None) -> str:
+    """The hidden temporary name :func:`atomic_path` writes ``path`` under (``ending`` appended); ``stem`` in
+    place of the final name where that name must not show in it (an event file's "tfevents")."""
     directory, name = os.path.split(path)
-    return os.path.join(directory, f".{name}.{os.getpid()}-{secrets.token_hex(3)}{TEMP_SUFFIX}{ending}")
+    return os.path.join(
+        directory, f".{stem or name}.{os.getpid()}-{secrets.token_hex(3)}{TEMP_SUFFIX}{ending}"
+    )
 
 
 def remove_quietly(*paths: str) -> None:
@@ -41,7 +44,7 @@ def remove_quietly(*paths: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str], ending: str = "") -> Iterator[str]:
+def atomic_path(path: str | os.PathLike[str], ending: str = "", stem: str | None = None) -> Iterator[str]:
     """A temporary path to write ``path``'s content to; renamed to ``path`` when the block ends cleanly::
 
         with atomic_path("out.png") as tmp:
@@ -49,10 +52,11 @@ def atomic_path(path: str | os.PathLike[str], ending: str = "") -> Iterator[str]
 
     On any exception (``KeyboardInterrupt`` included) the temporary file is removed and the exception
     propagates; the final name keeps whatever it held before (or nothing). ``ending`` is for writers that
-    choose the format by the file name's ending (``".html"``).
+    choose the format by the file name's ending (``".html"``); ``stem`` replaces the final name in the temporary
+    one, for readers that pick files by a part of their name (TensorBoard's "tfevents").
     """
     path = os.fspath(path)
-    tmp = temporary_name(path, ending)
+    tmp = temporary_name(path, ending, stem)
     try:
         yield tmp
         os.replace(tmp, path)

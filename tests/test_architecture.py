@@ -25,6 +25,7 @@ LAYERS = [
     "analysis",
     "console",
     "atomic_file",
+    "processes",
     "errors",
 ]
 MAX_MODULE_LINES = 420

@@ -19,8 +19,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from lightning_perf import console
-from lightning_perf.atomic_file import atomic_open, remove_quietly
+from lightning_perf.atomic_file import atomic_open, atomic_path
 from lightning_perf.output import hparams_tab
 
 log = console.logger(__name__)
@@ -29,6 +31,8 @@ VALUES_FILENAME = "perf_hparams.json"
 EVENT_FILE_ENDING = ".lightning-perf-hparams"
 # the runs looked at, newest first: the end of a fit stays well under a second in a folder of many runs
 MAX_RUNS = 200
+# a values file is a few hundred bytes; a larger one is not ours and is read no further
+MAX_VALUES_BYTES = 1 << 20
 
 
 def save_values(run_dir: str, values: Mapping[str, Any], metric_tags: Sequence[str]) -> None:
@@ -41,16 +45,27 @@ def runs_values(root_dir: str) -> list[dict[str, Any]]:
     """The saved values of the runs in ``root_dir`` (its sub-folders), newest first; unreadable ones skipped."""
     paths = glob.glob(os.path.join(glob.escape(root_dir), "*", VALUES_FILENAME))
     paths.sort(key=_modified, reverse=True)
-    found = []
-    for path in paths[:MAX_RUNS]:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if isinstance(data.get("values"), dict) and isinstance(data.get("metrics"), list):
-                found.append(data)
-        except (OSError, ValueError, AttributeError) as err:
-            log.debug("lightning-perf: skipped %s for the HParams columns: %s", path, err)
-    return found
+    found = (read_values(path) for path in paths[:MAX_RUNS])
+    return [data for data in found if data is not None]
+
+
+def read_values(path: str) -> dict[str, Any] | None:
+    """One run's saved file (``{"values": {...}, "metrics": [...]}``, a few hundred bytes); None when missing or
+    not of that form."""
+    try:
+        with open(path, "rb") as fh:
+            data = msgspec.json.decode(fh.read(MAX_VALUES_BYTES))
+    except (OSError, msgspec.DecodeError) as err:
+        log.debug("lightning-perf: skipped %s for the HParams columns: %s", path, err)
+        return None
+    if (
+        isinstance(data, dict)
+        and isinstance(data.get("values"), dict)
+        and isinstance(data.get("metrics"), list)
+    ):
+        return data
+    log.debug("lightning-perf: skipped %s for the HParams columns: not a values file", path)
+    return None
 
 
 def write_experiment(root_dir: str, metric_names: Mapping[str, tuple[str, str]]) -> str | None:
@@ -68,16 +83,11 @@ def write_experiment(root_dir: str, metric_names: Mapping[str, tuple[str, str]])
     now = time.time()
     path = os.path.join(root_dir, f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}")
     path += EVENT_FILE_ENDING
-    # written under a name TensorBoard does not read (no "tfevents" in it), then renamed: never read half written
-    partial = os.path.join(root_dir, f".lightning-perf-hparams.{os.getpid()}.partial")
-    try:
-        with open(partial, "wb") as fh:
-            writer = RecordWriter(fh)
-            writer.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
-            writer.write(Event(wall_time=now, step=0, summary=summary).SerializeToString())
-        os.replace(partial, path)
-    finally:
-        remove_quietly(partial)
+    # the temporary name holds no "tfevents": TensorBoard never reads the file half written
+    with atomic_path(path, stem="lightning-perf-hparams") as partial, open(partial, "wb") as fh:
+        writer = RecordWriter(fh)
+        writer.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
+        writer.write(Event(wall_time=now, step=0, summary=summary).SerializeToString())
     for stale in old:
         if stale != path:
             try:

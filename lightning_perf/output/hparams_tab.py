@@ -58,12 +58,12 @@ def plain(value: Any) -> bool | float | str:
     return str(value)
 
 
-def session_summaries(params: Mapping[str, Any]) -> list[Any]:
-    """The session start and end summaries of one finished run: its values, in no session group of its own."""
+def session_summaries(values: Mapping[str, bool | float | str]) -> list[Any]:
+    """The session start and end summaries of one finished run: its values (as :func:`plain_values` gives them),
+    in no session group of its own."""
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
     from tensorboard.plugins.hparams import summary_v2 as hp
 
-    values = plain_values(params)
     end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
     return [
         _summary(hp, metadata.SESSION_START_INFO_TAG, session_start_info=_start(plugin_data_pb2, values)),
@@ -78,10 +78,16 @@ def plain_values(params: Mapping[str, Any]) -> dict[str, bool | float | str]:
     return {name: plain(value) for name, value in ordered(params).items() if value is not None}
 
 
-def default_columns(runs: Sequence[Mapping[str, Any]]) -> set[str]:
+def column_names(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every name any of ``runs`` has, in the order first seen."""
+    return list(dict.fromkeys(name for run in runs for name in run))
+
+
+def default_columns(runs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> set[str]:
     """The columns marked ``differs``: those whose values differ between ``runs`` (absent in some counts), then
-    the speed settings, in their order, up to :data:`SHOWN_COLUMNS` in all."""
-    names = list(dict.fromkeys(name for run in runs for name in run))
+    the speed settings, in their order, up to :data:`SHOWN_COLUMNS` in all (``names``: :func:`column_names`,
+    where the caller has them)."""
+    names = column_names(runs) if names is None else names
     differing = {name for name in names if len({repr(run.get(name)) for run in runs}) > 1}
     room = SHOWN_COLUMNS - len(differing)
     speed = [PREFIX + n for n in SPEED_SETTINGS if PREFIX + n in names and PREFIX + n not in differing]
@@ -97,9 +103,10 @@ def experiment_summary(
     from tensorboard.plugins.hparams import api_pb2, metadata
     from tensorboard.plugins.hparams import summary_v2 as hp
 
-    shown = default_columns(runs)
+    names = column_names(runs)
+    shown = default_columns(runs, names)
     columns: dict[str, bool | float | str] = {}
-    for name in dict.fromkeys(name for run in runs for name in run):
+    for name in names:
         values = [run[name] for run in runs if name in run]
         # the column's type from its values; values of mixed kinds make a column of strings
         columns[name] = values[0] if len({_kind(v) for v in values}) == 1 else str(values[0])

@@ -182,11 +182,12 @@ def write_hparams(trainer: Any, summary: Any, hp_metric_placeholder: bool) -> bo
                 writer.add_scalar(tag, value, global_step=0)
         logger.log_metrics(metrics, step=step)
         file_writer = writer._get_file_writer()
-        for proto in hparams_tab.session_summaries(params):
+        values = hparams_tab.plain_values(params)
+        for proto in hparams_tab.session_summaries(values):
             file_writer.add_summary(proto, step)
         writer.flush()
         # the columns: one experiment for every run of the logger's folder (output.hparams_experiment)
-        hparams_experiment.save_values(logger.log_dir, hparams_tab.plain_values(params), tags)
+        hparams_experiment.save_values(logger.log_dir, values, tags)
         hparams_experiment.write_experiment(os.path.dirname(os.path.normpath(logger.log_dir)), METRIC_NAMES)
     except Exception as err:
         log.warning("lightning-perf: could not write the HParams summary: %s", err)

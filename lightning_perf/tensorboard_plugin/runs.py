@@ -18,7 +18,7 @@ from lightning_perf.analysis.run_discovery import find_runs
 from lightning_perf.analysis.summary import MAX_SUMMARY_BYTES, SCHEMA_NAME, SUMMARY_FILENAME, RunSummary
 from lightning_perf.analysis.verdicts.comparison import CompareError
 from lightning_perf.analysis.verdicts.hparams_diff import difference_labels
-from lightning_perf.output.hparams_experiment import VALUES_FILENAME
+from lightning_perf.output.hparams_experiment import VALUES_FILENAME, read_values
 from lightning_perf.tensorboard_plugin.cache import cached, stamp
 from lightning_perf.traces.report.build import find_traces
 
@@ -125,22 +125,11 @@ def run_list(logdir: str) -> list[dict[str, Any]]:
         path = os.path.join(directory, SUMMARY_FILENAME)
         row = cached.get(("headline", stamp(path)), lambda directory=directory: headline(directory))
         rows.append({"name": name, **row})
-        values.append(_saved_values(os.path.join(directory, VALUES_FILENAME)))
+        saved = read_values(os.path.join(directory, VALUES_FILENAME))
+        values.append(saved["values"] if saved else None)
     for row, label in zip(rows, difference_labels(values), strict=True):
         row["label"] = label
     return rows
-
-
-def _saved_values(path: str) -> dict[str, Any] | None:
-    """A run's HParams values (``perf_hparams.json``, output.hparams_experiment; a few hundred bytes, read each
-    time); None without one."""
-    try:
-        with open(path, "rb") as fh:
-            data = msgspec.json.decode(fh.read(MAX_SUMMARY_BYTES))
-    except (OSError, msgspec.DecodeError):
-        return None
-    values = data.get("values") if isinstance(data, dict) else None
-    return values if isinstance(values, dict) else None
 
 
 def overview(logdir: str, run: str) -> dict[str, Any]:

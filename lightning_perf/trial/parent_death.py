@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 
+from lightning_perf.processes import alive
 from lightning_perf.trial.runner import PARENT_ENV
 
 
@@ -23,15 +24,5 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if str(os.getppid()) != parent and not _alive(int(parent)):  # it died before the request was made
+    if str(os.getppid()) != parent and not alive(int(parent)):  # it died before the request was made
         os._exit(128 + signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, ValueError):
-        return True  # it exists (another user's) or cannot be asked: assume alive
-    return True

@@ -25,6 +25,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from lightning_perf.processes import alive
 from lightning_perf.traces.read.allocator import keep_freed_memory
 
 T = TypeVar("T")
@@ -140,21 +141,11 @@ def _start_worker(owner: int) -> None:
     keep_freed_memory()
 
     def watch() -> None:
-        while _alive(owner):
+        while alive(owner):
             time.sleep(PARENT_CHECK_S)
         os._exit(0)
 
     threading.Thread(target=watch, name="lightning-perf-owner-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it exists and is another user's
-    return True
 
 
 def _alone(fn: Callable[[str], T], path: str, errors: tuple[type[BaseException], ...]) -> tuple[bool, Any]:
