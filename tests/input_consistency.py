@@ -7,7 +7,7 @@ row beside a workers count for a loading that computes on the cores others held;
 
 from __future__ import annotations
 
-from lightning_perf.analysis.rules.loading import WAITS, loading_of
+from lightning_perf.analysis.rules.inputs.loading import WAITS, loading_of
 from lightning_perf.analysis.summary import RunSummary
 
 # findings that tune the workers a run has

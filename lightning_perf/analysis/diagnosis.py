@@ -19,12 +19,12 @@ from lightning_perf.analysis.gpu_measures import input_wait
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.rules import compile as rules_compile
 from lightning_perf.analysis.rules import device as rules_device
-from lightning_perf.analysis.rules import inputs as rules_input
 from lightning_perf.analysis.rules import memory as rules_memory
 from lightning_perf.analysis.rules import noise as rules_noise
-from lightning_perf.analysis.rules import pipeline as rules_pipeline
 from lightning_perf.analysis.rules import run as rules_run
 from lightning_perf.analysis.rules import slowdown as rules_slowdown
+from lightning_perf.analysis.rules.inputs import pipeline as rules_pipeline
+from lightning_perf.analysis.rules.inputs import waiting as rules_input
 from lightning_perf.analysis.rules.thresholds import SETTING_TARGETS, SEVERITY_ORDER
 from lightning_perf.analysis.summary import Finding, RunSummary
 

@@ -69,9 +69,9 @@ def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> No
 
     Runs after the summary of what training measured is saved, with one line saying so and what it may cost: an
     interrupt here (Ctrl-C while waiting) loses nothing but the probe. Where the run's loading was measured to
-    wait (storage, sleep: rules/loading.py), the probe tries counts past the cores.
+    wait (storage, sleep: rules/inputs/loading.py), the probe tries counts past the cores.
     """
-    from lightning_perf.analysis.rules.loading import WAITS, loading_of
+    from lightning_perf.analysis.rules.inputs.loading import WAITS, loading_of
     from lightning_perf.probes.num_workers import probe_num_workers as probe
 
     log.info(

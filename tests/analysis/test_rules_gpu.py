@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_perf.analysis.diagnosis import diagnose
-from lightning_perf.analysis.rules.loading import estimate_workers
+from lightning_perf.analysis.rules.inputs.loading import estimate_workers
 from tests.analysis.test_diagnosis import by_id, dist, make
 
 CONV = dict(accelerator="cuda", cudnn_benchmark=False, model_has_conv=True, input_shapes_vary=False)

@@ -10,7 +10,13 @@ import json
 import pytest
 
 from lightning_perf.analysis.diagnosis import diagnose
-from lightning_perf.analysis.rules.loading import COMPUTES, WAITS, loading_of, machine_busy, suggest_workers
+from lightning_perf.analysis.rules.inputs.loading import (
+    COMPUTES,
+    WAITS,
+    loading_of,
+    machine_busy,
+    suggest_workers,
+)
 from lightning_perf.analysis.rules.noise import HELD_TITLE
 from lightning_perf.analysis.summary import MachineState, RunSummary
 from tests.analysis.test_diagnosis import by_id, make

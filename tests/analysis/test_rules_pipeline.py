@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lightning_perf.analysis.diagnosis import SETTING_TARGETS, diagnose
-from lightning_perf.analysis.rules.pipeline import batched_transforms, per_sample_ms
+from lightning_perf.analysis.rules.inputs.pipeline import batched_transforms, per_sample_ms
 from lightning_perf.analysis.rules.thresholds import CORES_BUSY_SHARE, PROBE_GAIN_MIN, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
 from tests.analysis.test_diagnosis import make

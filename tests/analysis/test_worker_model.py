@@ -9,8 +9,8 @@ import itertools
 import pytest
 
 from lightning_perf.analysis.diagnosis import diagnose
-from lightning_perf.analysis.rules.loading import suggest_workers
-from lightning_perf.analysis.rules.worker_model import (
+from lightning_perf.analysis.rules.inputs.loading import suggest_workers
+from lightning_perf.analysis.rules.inputs.worker_model import (
     HandOffCost,
     charged_choice,
     handoff_of,

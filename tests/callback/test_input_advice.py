@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_perf import PerfCallback
-from lightning_perf.analysis.rules.loading import WAITS, loading_of
+from lightning_perf.analysis.rules.inputs.loading import WAITS, loading_of
 from lightning_perf.analysis.summary import RunSummary
 from tests.helpers import FEATURES, TinyModel, loader, trainer
 from tests.input_consistency import contradictions

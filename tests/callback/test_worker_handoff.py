@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from lightning_perf import PerfCallback
-from lightning_perf.analysis.rules.loading import COMPUTES, loading_of
+from lightning_perf.analysis.rules.inputs.loading import COMPUTES, loading_of
 from lightning_perf.analysis.summary import RunSummary
 from tests.helpers import TinyModel, loader, trainer
 from tests.input_consistency import contradictions

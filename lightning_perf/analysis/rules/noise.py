@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rules.loading import machine_busy
+from lightning_perf.analysis.rules.inputs.loading import machine_busy
 from lightning_perf.analysis.rules.thresholds import (
     NOISY_GPU_SLOWDOWN_PCT,
     NOISY_OTHER_CPU_SHARE,

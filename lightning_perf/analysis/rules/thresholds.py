@@ -38,7 +38,7 @@ STRAGGLER_MIN_GAP_MS = 2.0
 STRAGGLER_HIGH_PCT = 20.0
 # Safety margin when estimating num_workers from the measured wait (the probe uses the same margin).
 WORKERS_MARGIN = 1.2
-# A worker count whose predicted step (the num_workers probe's, or the hand-off model's in rules/worker_model.py)
+# A worker count whose predicted step (the num_workers probe's, or the hand-off model's in rules/inputs/worker_model.py)
 # is within this share of the shortest counts as fast as it: the fewest workers among those are advised, and the
 # run's own count is kept when it is among them. Our choice: TensorFlow's 5% "visible" line
 # (INPUT_BOUND_MODERATE_PCT), below which a difference in step time is not worth a change or more processes.
@@ -51,7 +51,7 @@ PROBE_GAIN_MIN = WORKERS_MARGIN
 # worker to run beside the model without taking its time (the 2-core case study measured 86%).
 CORES_BUSY_SHARE = 0.8
 
-# Why a batch is late (rules/loading.py). The loading "waits" when at least half its wall time is spent neither
+# Why a batch is late (rules/inputs/loading.py). The loading "waits" when at least half its wall time is spent neither
 # on a CPU nor waiting for one (storage, network, a sleep, a lock): a second worker can then fill that time
 # without taking a core from the first. Our choice: the midpoint; the loaders we measured sat far from it
 # (a sleeping loader 90-99% waiting, per-sample transforms 2-20%).

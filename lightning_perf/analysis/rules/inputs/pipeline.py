@@ -3,7 +3,7 @@
 ``input_bound`` recommends workers; :func:`batched_transforms` speaks when workers are no way out: the
 num_workers probe measured no gain over the run's own setting, or the training process and its workers
 already fill the usable cores; and only when the measured loading computes (its CPU time close to its wall time,
-:mod:`lightning_perf.analysis.rules.loading`) on a machine whose cores others do not hold. The expert fix is then to stop doing per-sample work on the CPU: keep the
+:mod:`lightning_perf.analysis.rules.inputs.loading`) on a machine whose cores others do not hold. The expert fix is then to stop doing per-sample work on the CPU: keep the
 samples as uint8 tensors and augment whole batches on the device, in ``LightningModule.on_after_batch_transfer``.
 Its settings change is the named recipe ``{"batched_transforms": True}``, for code that knows how to apply it.
 
@@ -17,7 +17,7 @@ from typing import Any
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import probe_value, usable_cores
-from lightning_perf.analysis.rules.loading import COMPUTES, loading_of, machine_busy
+from lightning_perf.analysis.rules.inputs.loading import COMPUTES, loading_of, machine_busy
 from lightning_perf.analysis.rules.thresholds import CORES_BUSY_SHARE, PROBE_GAIN_MIN, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
 

@@ -9,13 +9,14 @@ from lightning_perf.analysis.gpu_measures import WITH_EPOCH_STARTS, input_wait
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import lightning_worker_bound, means, on_cuda, usable_cores
-from lightning_perf.analysis.rules.loading import (
+from lightning_perf.analysis.rules.inputs.loading import (
     NOT_MEASURED,
     WAITS,
     loading_of,
     machine_busy,
     suggest_workers,
 )
+from lightning_perf.analysis.rules.inputs.worker_model import handoff_of
 from lightning_perf.analysis.rules.thresholds import (
     EPOCH_START_SHARE_PCT,
     INPUT_BOUND_HIGH_PCT,
@@ -24,7 +25,6 @@ from lightning_perf.analysis.rules.thresholds import (
     VERDICTS,
     WORKER_SATURATED_PCT,
 )
-from lightning_perf.analysis.rules.worker_model import handoff_of
 from lightning_perf.analysis.summary import Finding, RunSummary
 
 # Fewer timed steps than this (and at least MIN_STEPS_FOR_VERDICT) give a hedged verdict: "may be ... (a short run)": worker start-up and the first prefetch

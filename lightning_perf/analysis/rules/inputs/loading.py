@@ -26,6 +26,8 @@ from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.analysis.rules.helpers import lightning_worker_bound, probe_value, usable_cores
+from lightning_perf.analysis.rules.inputs.worker_model import charged_choice
+from lightning_perf.analysis.rules.inputs.worker_model import workers_phrase as _workers
 from lightning_perf.analysis.rules.thresholds import (
     BUSY_OTHER_CPU_SHARE,
     BUSY_RUNQUEUE_PCT,
@@ -35,8 +37,6 @@ from lightning_perf.analysis.rules.thresholds import (
     WAITING_WORKERS_MAX,
     WORKERS_MARGIN,
 )
-from lightning_perf.analysis.rules.worker_model import charged_choice
-from lightning_perf.analysis.rules.worker_model import workers_phrase as _workers
 from lightning_perf.analysis.summary import RunSummary
 
 WAITS = "waits"
@@ -163,7 +163,7 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     data to say.
 
     A num_workers probe that measured undisturbed decides, fewer workers or 0 included. Without one, a measured
-    hand-off (:mod:`lightning_perf.analysis.rules.worker_model`) charges every worker count its cost and the count
+    hand-off (:mod:`lightning_perf.analysis.rules.inputs.worker_model`) charges every worker count its cost and the count
     with the shortest predicted step is advised, fewer or 0 included. With neither, the old estimate: never fewer
     workers than the run has, from 0 at least 1."""
     current = summary.settings.num_workers
