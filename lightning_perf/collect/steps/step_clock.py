@@ -13,7 +13,11 @@ The callback feeds it timestamps (``time.perf_counter()`` seconds) taken around 
 * ``drop_open()`` – the open step is left out entirely (a ``torch.compile`` compilation ran in it).
 
 The first fetch of every epoch (iterator creation, worker start-up) is reported apart as
-``epoch_start_ms`` and that batch is left out of the per-step figures. Steps are aggregated per logging
+``epoch_start_ms`` and that batch is left out of the per-step figures, except in a loop whose epochs are one
+batch long (a library that yields whole series and samples its windows inside ``training_step``, as
+neuralforecast does): when the first epoch ended with no step but its first batch, each later epoch's first
+batch is a step (until an epoch has more batches), its start-up (iterator creation and fetch) its DataLoader
+wait, since every step of such a loop pays it; the per-batch path is unchanged. Steps are aggregated per logging
 window (means) and per run (median with its interval, p10, p90). The summary keeps up to
 ``MAX_SAMPLES`` per-step samples (evenly thinned) for the tests ``compare`` runs on them. The arrays here hold
 24 bytes a step, up to :data:`~lightning_perf.collect.steps.step_history.EXACT_STEPS` steps; past that, each logging
@@ -84,6 +88,9 @@ class StepClock:
         )
         self._epoch_start_ms = array("d")
         self.epochs = 0
+        self._epoch_steps_from = 0  # the step count when the current epoch began, while epochs are one batch
+        # the epochs are one batch long: an epoch's first batch is a step (decided at each epoch's start)
+        self.one_batch_epochs = False
         self.gap_s: dict[str, float] = {}
         self.last_epoch_start_ms: float | None = None
         # the hook profiler of the step's anatomy (collect.steps.hook_profiler), told of the steps left out
@@ -92,7 +99,13 @@ class StepClock:
     # -- the protocol ------------------------------------------------------------------------------------
 
     def epoch_started(self) -> None:
-        """A training epoch begins: its first fetch is start-up, not a per-batch wait."""
+        """A training epoch begins: its first fetch is start-up, not a per-batch wait, unless the epochs are one
+        batch long (the first closed no step but its first batch, and none since had more)."""
+        steps = self.steps
+        if self.epochs and self._epoch_steps_from >= 0:
+            self.one_batch_epochs = steps - self._epoch_steps_from <= int(self.one_batch_epochs)
+        # -1 once an epoch had steps beyond its first batch: a short epoch after it is a short epoch
+        self._epoch_steps_from = steps if not self.epochs or self.one_batch_epochs else -1
         self._epoch_first = True
         self._pending_iter_s = 0.0
         self.epochs += 1
@@ -110,7 +123,7 @@ class StepClock:
         # This runs on every step: the common case is one test of the three rare conditions, _close and three
         # stores.
         if self._gap_kind is not None or self._epoch_first or self.gpu is not None:
-            if not self._irregular_batch(t_boundary, t_start, t_end):
+            if not self._irregular_batch(t_boundary, t_start, t_end, samples):
                 return
         elif self._open_start is not None:
             self._close(t_boundary)
@@ -118,19 +131,24 @@ class StepClock:
         self._open_wait = t_end - t_start
         self._open_samples = -1 if samples is None else samples  # -1: the batch size was not found
 
-    def _irregular_batch(self, t_boundary: float, t_start: float, t_end: float) -> bool:
-        """:meth:`batch` after a gap, at an epoch's first fetch or with GPU marks; False: no step opens."""
+    def _irregular_batch(self, t_boundary: float, t_start: float, t_end: float, samples: int | None) -> bool:
+        """:meth:`batch` after a gap, at an epoch's first fetch or with GPU marks; False: no step opens here
+        (none, or the one-batch epoch's, opened by this method)."""
         self._settle_gap(t_boundary)
         if self._open_start is not None:
             self._close(t_boundary)
         if self.gpu is not None:
-            self.gpu.fetched(measured=not self._epoch_first)
+            self.gpu.fetched(measured=not self._epoch_first or self.one_batch_epochs)
         if self._epoch_first:
             self._epoch_first = False
-            start_ms = (self._pending_iter_s + t_end - t_start) * 1e3
-            self._epoch_start_ms.append(start_ms)
-            self.last_epoch_start_ms = start_ms
-            return False  # the epoch's first batch is not a representative step
+            start_s = self._pending_iter_s + t_end - t_start
+            self._epoch_start_ms.append(start_s * 1e3)
+            self.last_epoch_start_ms = start_s * 1e3
+            if self.one_batch_epochs:  # the batch is the epoch's work: a step, its start-up its wait
+                self._open_start = t_end - start_s
+                self._open_wait = start_s
+                self._open_samples = -1 if samples is None else samples
+            return False  # otherwise the epoch's first batch is not a representative step
         return True
 
     def fetch_stopped(self, t_boundary: float) -> None:
