@@ -1,4 +1,5 @@
-"""``lightning-perf trial``: the before/after experiment from a Lightning CLI config (see :mod:`lightning_perf.trial`).
+"""``lightning-perf trial``: the before/after experiment on a Lightning CLI config or a training command (see
+:mod:`lightning_perf.trial`).
 
 Example::
 
@@ -12,10 +13,13 @@ Example::
 
 With a command after ``--`` the command runs as given (a plain script, a Hydra app, a LightningCLI script) and
 each variant's settings, in tune's names, are applied inside it at run time (:mod:`lightning_perf.trial.project.command`).
+A config runs the same way, as the command of our Lightning CLI entry built with it
+(:mod:`lightning_perf.trial.project.cli_main`): its variants take tune's names (``workers4:num_workers=4``) and
+config keys (``data.init_args.num_workers=4``), given to the CLI after the config.
 
-Each variant is a short ``fit`` of the Lightning CLI config with the variant's overrides and a PerfCallback:
-model and data given by ``class_path``, or plain ``model:``/``data:`` sections of a CLI with fixed classes
-named by ``--cli module:function``. The variants run ``--repeats`` times in interleaved rounds (A B, B A, ...),
+Each variant is a short ``fit`` with the variant's settings and a PerfCallback: for a config, model and data
+given by ``class_path``, or plain ``model:``/``data:`` sections of a CLI with fixed classes named by
+``--cli module:function``. The variants run ``--repeats`` times in interleaved rounds (A B, B A, ...),
 each round in its own process, so a crash, a hang (``--timeout-s``) or a global flag set by one variant cannot
 touch the others; ``--warmup-steps`` steps at the start of each round are left out. Each round is logged as
 its own TensorBoard run ``<log dir>/<experiment>/<variant>/round_<i>``. Then the variants that ran are
@@ -33,8 +37,8 @@ Exit codes: 0 every variant ran; 1 a variant failed, fewer than two could be com
 ``--fail-if-slower`` allows (significantly), or an output (comparison.json, the chart) could not be written;
 2 bad arguments; 130 interrupted; 143 (SIGTERM) or 129 (SIGHUP) terminated, the running worker and its
 processes stopped first. Without ``--timeout-s`` a round is stopped at a limit derived from the expected round
-time (10x, at least 120 s), so a hung round never waits forever. Lightning is imported only by the worker
-(and :func:`run_trial`).
+time (10x, at least 120 s), so a hung round never waits forever. Lightning is imported only by the rounds'
+processes (and :func:`run_trial`).
 """
 
 from __future__ import annotations
@@ -56,8 +60,8 @@ from lightning_perf.cli.common import (
     gate,
 )
 from lightning_perf.output.comparison_chart import write_png
-from lightning_perf.trial.api import run_cli_trial, run_command_trial
-from lightning_perf.trial.project.command import check_entry
+from lightning_perf.trial.api import run_command_trial
+from lightning_perf.trial.project.command import check_entry, config_command, split_overrides
 from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
@@ -75,7 +79,7 @@ from lightning_perf.trial.spec import (
 )
 from lightning_perf.trial.tune_entry import Entry
 
-HELP = "Run the before/after experiment: a short fit per variant of a Lightning CLI config, then compare."
+HELP = "Run the before/after experiment: a short fit per variant of a Lightning CLI config or your training command, then compare."
 PROG = "lightning-perf trial"
 
 
@@ -90,8 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cli",
         metavar="MODULE:FUNCTION",
-        help="how to build the CLI for a config with plain model:/data: sections: a LightningCLI subclass, a "
-        "LightningModule class, or a function returning one of them or (model class, datamodule class)",
+        help="how to build the CLI for a config with plain model:/data: sections: a LightningCLI subclass (its "
+        "classes read from where your script calls it), a LightningModule class, or a function returning one of "
+        "them or (model class, datamodule class)",
     )
     parser.add_argument(
         "--steps", type=int, required=True, metavar="N", help="timed training steps per variant and round"
@@ -115,10 +120,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="NAME[:key=value[,key=value...]]",
-        help="a variant: a name and config overrides, e.g. workers4:data.init_args.num_workers=4, or with a "
-        "command after -- settings in tune's names, e.g. workers4:num_workers=4 (num_workers, persistent_workers, "
-        "pin_memory, prefetch_factor, precision, benchmark, matmul_precision, compile, channels_last, "
-        "fused_optimizer); repeat; at least two; the first is the baseline",
+        help="a variant: a name and settings in tune's names, e.g. workers4:num_workers=4 (num_workers, "
+        "persistent_workers, pin_memory, prefetch_factor, precision, benchmark, matmul_precision, compile, "
+        "channels_last, fused_optimizer), with --config also config keys, e.g. bs8:data.init_args.batch_size=8; "
+        "repeat; at least two; the first is the baseline",
     )
     parser.add_argument(
         "--log-dir", default=DEFAULT_LOG_DIR, metavar="DIR", help=f"log root (default: {DEFAULT_LOG_DIR})"
@@ -151,29 +156,18 @@ def run(args: argparse.Namespace) -> int:
     except (TrialError, OSError) as err:
         return error(PROG, err)
     try:
-        if args.user_command is not None:
-            result = run_command_trial(
-                args.user_command,
-                variants,
-                args.steps,
-                args.log_dir,
-                args.name,
-                args.timeout_s,
-                repeats=args.repeats,
-                warmup_steps=args.warmup_steps,
-            )
-        else:
-            result = run_cli_trial(
-                args.config,
-                variants,
-                args.steps,
-                args.log_dir,
-                args.name,
-                args.timeout_s,
-                repeats=args.repeats,
-                warmup_steps=args.warmup_steps,
-                cli=args.cli,
-            )
+        config = args.user_command is None  # the config's command: our Lightning CLI entry
+        result = run_command_trial(
+            config_command(args.config, args.cli) if config else args.user_command,
+            variants,
+            args.steps,
+            args.log_dir,
+            args.name,
+            args.timeout_s,
+            repeats=args.repeats,
+            warmup_steps=args.warmup_steps,
+            config_keys=config,
+        )
     except (TrialError, OSError) as err:  # OSError: --log-dir is a file, unwritable, on a full disk
         return error(PROG, err)
     except KeyboardInterrupt:  # the running worker was stopped; no comparison of a half-done trial
@@ -231,6 +225,8 @@ def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str
     else:
         check_configs(args.config, args.cli)
         check_timed_settings(args.config, variants)
+        for name, overrides in variants:
+            split_overrides(name, overrides, "--variant", config_keys=True)
         stem = os.path.splitext(os.path.basename(args.config[0]))[0]
     if args.name is None:
         args.name = stem

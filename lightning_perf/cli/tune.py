@@ -8,10 +8,11 @@ Examples::
     lightning-perf tune -- python main.py fit --config config.yaml              # a LightningCLI script
     lightning-perf tune -- python train.py                                      # a plain script
 
-With a config, the winner is ``CFG.tuned.yaml`` beside it. With a command, the command runs as given and the
-settings are applied inside it at run time; the winner is written where the project sets it: a tuned copy of
-the LightningCLI config it ran with, Hydra overrides and a tuned config group file, or the file and line that
-builds the DataLoader or Trainer.
+Both ways run the same: the command runs as given (a config, as the command of our Lightning CLI entry built with
+it, ``--cli`` naming how) and each round's settings are applied inside it at run time; the winner is found by the
+values the run built and written where the project sets it: ``CFG.tuned.yaml`` beside the LightningCLI config it
+ran with (under the key that fed the DataLoader, e.g. a datamodule's ``workers``), Hydra overrides and a tuned
+config group file, or the file and line that builds the DataLoader or Trainer.
 
 Before any fit, tune refuses (exit code 2, naming what): a ``CFG.tuned.yaml`` already there (pass
 ``--overwrite`` to replace it), a config folder that cannot take it (its path and errno), a setting of the config
@@ -65,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cli",
         metavar="MODULE:FUNCTION",
-        help="how to build the CLI for a config with plain model:/data: sections (as for `trial`)",
+        help="how to build the CLI for a config with plain model:/data: sections, as for `trial` (a LightningCLI "
+        "subclass given its classes where your script calls it: read from that call)",
     )
     parser.add_argument(
         "--steps",
@@ -105,10 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME:key=value[,key=value...]",
-        help="also measure this candidate of your own (repeat), e.g. workers8:data.init_args.num_workers=8 with "
-        "--config, workers8:num_workers=8 with a command (settings: num_workers, persistent_workers, "
-        "pin_memory, prefetch_factor, precision, benchmark, matmul_precision, compile, channels_last, "
-        "fused_optimizer)",
+        help="also measure this candidate of your own (repeat), e.g. workers8:num_workers=8 (settings: num_workers, "
+        "persistent_workers, pin_memory, prefetch_factor, precision, benchmark, matmul_precision, compile, "
+        "channels_last, fused_optimizer); with --config also config keys, e.g. "
+        "bs16:data.init_args.batch_size=16",
     )
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"

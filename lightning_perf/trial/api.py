@@ -8,21 +8,21 @@ fits, then the comparison with intervals.
     change = result.comparison.changes["workers4"]  # the mean step time's MetricChange against the first
     change.verdict, change.factor, change.factor_low, change.factor_high  # "faster", 1.64, 1.56, 1.72
 
-:func:`run_cli_trial` runs variants of a Lightning CLI config, each round in its own process (``lightning-perf
-trial``), so a crash, a hang or a global flag set by one variant cannot touch the others. The variants run in
+:func:`run_command_trial` runs variants of a training command (``lightning-perf trial -- COMMAND``, or the
+command of a Lightning CLI config, ``trial --config``), each round in its own process, so a crash, a hang or a
+global flag set by one variant cannot touch the others. The variants run in
 rounds, A B C A B C ..., so a drift of the machine hits all alike; each round is logged as its own TensorBoard
 run ``<log dir>/<experiment>/<variant>/round_<i>`` (``<variant>`` alone with one round); the order within a
 round rotates (A B C, B C A, ...), so whatever the first run of a round pays falls on each variant in turn. The variants that ran
 are compared against the first of them over the per-round ratios, written into TensorBoard as
 ``<experiment>/perf_compare`` and saved as ``<experiment>/comparison.json``. Lightning is imported only by the
-worker (and :func:`run_trial`).
+command's rounds (and :func:`run_trial`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,14 +33,13 @@ from lightning_perf.atomic_file import atomic_open
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_tensorboard
 from lightning_perf.trial.progress import Progress
 from lightning_perf.trial.rounds import _run_rounds
-from lightning_perf.trial.runner import RoundLimits, RoundReport, describe_error, run_worker, worker_env
+from lightning_perf.trial.runner import RoundLimits, RoundReport, describe_error
 from lightning_perf.trial.spec import (
     COMPARISON_FILENAME,
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
     DEFAULT_WARMUP_STEPS,
     WORKER_LOG_FILENAME,
-    WORKER_MODULE,
     TrialError,
     TrialResult,
     Variant,
@@ -168,46 +167,6 @@ def run_trial(
     return result
 
 
-def run_cli_trial(
-    configs: Sequence[str],
-    variants: Sequence[tuple[str, list[tuple[str, str]]]],
-    steps: int,
-    log_dir: str,
-    name: str,
-    timeout_s: float | None = None,
-    repeats: int = DEFAULT_REPEATS,
-    warmup_steps: int = DEFAULT_WARMUP_STEPS,
-    cli: str | None = None,
-    limits: RoundLimits | None = None,
-) -> TrialResult:
-    """Run each variant (a name and its config overrides) of the Lightning CLI ``configs``, ``repeats`` rounds
-    interleaved, each round in its own process; ``cli`` (``module:function``) builds CLIs with fixed classes.
-
-    ``limits`` bound the rounds (shared by them all): ``timeout_s`` a round, else a limit derived from the
-    expected round time; a budget stops the rounds at the last one run in full (a note says so). Without
-    ``limits``, ``RoundLimits(timeout_s=timeout_s)``. SIGTERM or SIGHUP during a round end its worker's process
-    group and raise :class:`~lightning_perf.trial.runner.Terminated`; the rounds done stay on disk.
-    """
-    env = worker_env()
-
-    def start(outcome: VariantResult, version: str, log_path: str, **round_args: Any) -> str | None:
-        spec = {
-            "configs": list(configs),
-            "overrides": outcome.overrides,
-            "steps": steps + warmup_steps,
-            "log_dir": log_dir,
-            "experiment": name,
-            "variant": outcome.name,
-            "version": version,
-            "cli": cli,
-        }
-        return run_worker(
-            [sys.executable, "-m", WORKER_MODULE], json.dumps(spec), log_path, env=env, **round_args
-        )
-
-    return _run_in_processes(variants, start, steps, log_dir, name, repeats, warmup_steps, limits, timeout_s)
-
-
 def run_command_trial(
     command: Sequence[str],
     variants: Sequence[tuple[str, list[tuple[str, str]]]],
@@ -218,24 +177,37 @@ def run_command_trial(
     repeats: int = DEFAULT_REPEATS,
     warmup_steps: int = DEFAULT_WARMUP_STEPS,
     limits: RoundLimits | None = None,
+    config_keys: bool = False,
 ) -> TrialResult:
     """Run each variant (a name and its settings in tune's names, e.g. ``[("num_workers", "4")]``) of the user's
-    own training ``command``, as :func:`run_cli_trial` runs a config's: the settings are applied inside the
-    command at run time (:mod:`lightning_perf.trial.project.command`)."""
-    from lightning_perf.trial.project.command import parse_settings, run_command_round, write_bootstrap
+    own training ``command``, ``repeats`` rounds interleaved, each round in its own process: the settings are
+    applied inside the command at run time (:mod:`lightning_perf.trial.project.command`). A config's command
+    (:func:`~lightning_perf.trial.project.command.config_command`, ``config_keys``) also takes config keys
+    (``data.init_args.batch_size=8``), given to its CLI after the config.
+
+    ``limits`` bound the rounds (shared by them all): ``timeout_s`` a round, else a limit derived from the
+    expected round time; a budget stops the rounds at the last one run in full (a note says so). Without
+    ``limits``, ``RoundLimits(timeout_s=timeout_s)``. SIGTERM or SIGHUP during a round end its process group and
+    raise :class:`~lightning_perf.trial.runner.Terminated`; the rounds done stay on disk.
+    """
+    from lightning_perf.trial.project.command import run_command_round, split_overrides, write_bootstrap
 
     site = write_bootstrap(os.path.join(log_dir, name))
-    settings = {variant: parse_settings(variant, overrides, "--variant") for variant, overrides in variants}
+    split = {
+        variant: split_overrides(variant, overrides, "--variant", config_keys)
+        for variant, overrides in variants
+    }
 
     def start(outcome: VariantResult, version: str, log_path: str, **round_args: Any) -> str | None:
+        settings, arguments = split[outcome.name]
         spec = {
             "steps": steps + warmup_steps,
             "log_dir": log_dir,
             "experiment": name,
             "version": version,
-            "settings": settings[outcome.name],
+            "settings": settings,
         }
-        return run_command_round(command, site, spec, log_path, **round_args)
+        return run_command_round([*command, *arguments], site, spec, log_path, **round_args)
 
     return _run_in_processes(variants, start, steps, log_dir, name, repeats, warmup_steps, limits, timeout_s)
 
@@ -284,7 +256,6 @@ __all__ = [
     "TrialResult",
     "Variant",
     "VariantResult",
-    "run_cli_trial",
     "run_command_trial",
     "run_trial",
 ]

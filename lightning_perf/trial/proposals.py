@@ -1,7 +1,8 @@
 """From a diagnosis to candidate variants of a Lightning CLI config (``lightning-perf tune``).
 
 Pure: takes the findings of the diagnosis fit, its settings and where the config can set each key (the
-``targets`` the worker read from the user's own classes, see :mod:`lightning_perf.trial.targets`), and returns
+``targets``: tune's setting names applied at run time, plus the keys only a config holds, read from its CLI by the
+diagnosis, see :func:`lightning_perf.trial.project.command.cli_targets`), and returns
 
 * :class:`Candidate` variants, each a set of config overrides named after its change, plus their combination;
 * :class:`Unapplied` changes: those that need code (the batched-transforms recipe where the project has no

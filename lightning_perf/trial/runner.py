@@ -1,7 +1,8 @@
 """Running one ``lightning-perf trial`` worker process: the line protocol, a time limit, a one-line error.
 
-The worker (``lightning_perf.trial.worker``) prints protocol lines on stdout for the parent (``pace K N`` and
-``progress K N``, ``disturbed TEXT``, ``done``, ``error MESSAGE``); all its other output goes to a log file only.
+The worker (a round of the command, a config's too: :mod:`lightning_perf.trial.project.inject`) prints protocol
+lines on stdout for the parent (``pace K N`` and ``progress K N``, ``disturbed TEXT``, ``done``, ``error
+MESSAGE``); all its other output goes to a log file only.
 The worker runs in its own process group with its DataLoader workers, and every way the parent leaves a round
 ends that group: the round's end, its time limit, an exception, SIGINT, SIGTERM and SIGHUP (handlers installed
 for the round, the previous ones restored after; SIGTERM and SIGHUP then end the parent with 128 + the signal).

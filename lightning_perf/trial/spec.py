@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 DEFAULT_LOG_DIR = "perf_logs"
 COMPARISON_FILENAME = "comparison.json"
 WORKER_LOG_FILENAME = "trial_worker.log"
-WORKER_MODULE = "lightning_perf.trial.worker"
 TRIAL_SCHEMA_NAME = "lightning-perf/trial"
 TRIAL_SCHEMA_VERSION = 2
 # Rounds per variant: three is the fewest whose per-round ratios give a t-interval at all useful (two rounds

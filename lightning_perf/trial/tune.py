@@ -1,20 +1,21 @@
-"""``lightning-perf tune``: from a diagnosis to a faster, verified config, on the user's own Lightning CLI project.
+"""``lightning-perf tune``: from a diagnosis to a faster, verified setting, on the user's own Lightning project
+(a training command, or a config run as the command of our CLI entry: :class:`~.tune_entry.Entry`).
 
-1. **Diagnose**: a short fit of the config as given, in a worker process, with a PerfCallback (the num_workers
-   probe included); the worker also reports where the config can set each DataLoader argument.
+1. **Diagnose**: a short fit of the command as given, with a PerfCallback (the num_workers probe included), which
+   records what the project built, to name the winner in the project's terms.
 2. **Propose** (:mod:`~lightning_perf.trial.proposals`): a candidate per settings change the findings ask for,
    plus their combination; changes that need code, that a trial cannot measure or that alter what is learned
    (unless allowed) are listed, never applied.
-3. **Measure**: the baseline and the candidates in interleaved, rotated rounds (:func:`run_cli_trial`), as
+3. **Measure**: the baseline and the candidates in interleaved, rotated rounds (:func:`run_command_trial`), as
    many rounds as the time budget allows (at least two, or it says the budget is too small). The budget bounds
    every fit: a round still running when it is spent is stopped and dropped, no round starts after it, and
    the rounds every variant ran in full are kept (a note says so); a round that hangs stops at a limit
    derived from the expected round time (:class:`~lightning_perf.trial.runner.RoundLimits`).
-4. **Decide and write** (:mod:`~lightning_perf.trial.decision`, :mod:`~lightning_perf.trial.tuned_config`): the
-   fastest candidate whose speed-up interval lies above 1, written as ``CFG.tuned.yaml`` beside the config,
-   or "keep your config". The user's file is only read. When the variants differ in batch size, speed is
-   samples a second, not step time; a batch-size change alters what is learned, so it is measured only when
-   allowed (``allow_semantic``), the user's own ``--variant`` too, and always labelled a semantic change.
+4. **Decide and write** (:mod:`~lightning_perf.trial.decision`, :mod:`~lightning_perf.trial.project.terms`): the
+   fastest candidate whose speed-up interval lies above 1, written in the project's terms (``CFG.tuned.yaml``
+   beside a LightningCLI config), or "keep your config". The user's file is only read. Variants of different
+   batch sizes are judged on samples a second; a batch-size change alters what is learned, so it is measured
+   only when allowed (``allow_semantic``), the user's own ``--variant`` too, and always labelled so.
 
 Before any fit (:func:`preflight`): the tuned file's folder takes a file, an existing ``CFG.tuned.yaml`` is
 replaced only with ``overwrite``, and no setting of the config or of a variant leaves the rounds with nothing

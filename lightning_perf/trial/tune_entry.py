@@ -1,6 +1,9 @@
-"""How ``lightning-perf tune`` reaches a project: a Lightning CLI config (``--config``) or the user's own training
-command (``-- COMMAND ARGS...``). Each way diagnoses, measures and writes the winner in its own terms; the
-steps between (propose, plan, decide) are the same (:mod:`lightning_perf.trial.tune`).
+"""How ``lightning-perf tune`` reaches a project: the user's own training command (``-- COMMAND ARGS...``) or a
+Lightning CLI config (``--config``, built with ``--cli``), which runs as a command too: our Lightning CLI entry
+built with the config (:func:`~lightning_perf.trial.project.command.config_command`). Either way one path
+diagnoses, measures (the settings applied inside the command at run time) and writes the winner in the project's
+terms from what the diagnosis round saw; the steps between (propose, plan, decide) are
+:mod:`lightning_perf.trial.tune`'s.
 """
 
 from __future__ import annotations
@@ -8,35 +11,35 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from lightning_perf.analysis.summary import RunSummary, SummaryError
-from lightning_perf.trial.api import run_cli_trial, run_command_trial
+from lightning_perf.trial.api import run_command_trial
 from lightning_perf.trial.progress import Progress
 from lightning_perf.trial.project.command import (
     FACTS_FILENAME,
     RUNTIME_TARGETS,
+    cli_targets,
     command_text,
+    config_command,
     parse_settings,
     run_command_round,
+    split_overrides,
     write_bootstrap,
 )
 from lightning_perf.trial.project.terms import InProjectTerms, in_project_terms
-from lightning_perf.trial.runner import RoundLimits, RoundReport, run_worker, worker_env
+from lightning_perf.trial.runner import RoundLimits, RoundReport
 from lightning_perf.trial.spec import (
     WORKER_LOG_FILENAME,
-    WORKER_MODULE,
     TrialResult,
     check_configs,
     check_timed_settings,
 )
-from lightning_perf.trial.tuned_config import check_tuned_output, write_tuned
+from lightning_perf.trial.tuned_config import check_tuned_output
 
 DIAGNOSIS = "diagnosis"
-TARGETS_FILENAME = "tune_targets.json"
 # The num_workers probe's cap in the diagnosis. Our choice: the probe's own default budget is 10 s; tune then
 # measures the probe's suggestion in full rounds, so a shorter look is enough to find the candidate.
 DIAGNOSIS_PROBE_BUDGET_S = 5.0
@@ -75,10 +78,18 @@ class Entry:
         stem = os.path.splitext(os.path.basename(script or args[0]))[0]
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_.") or "command"
 
+    def run(self) -> list[str]:
+        """The command each round runs: the user's, or the config's (our Lightning CLI entry)."""
+        if self.config is not None:
+            return config_command([self.config], self.cli)
+        return list(self.command or [])
+
     def preflight(self, extra: list[tuple[str, list[tuple[str, str]]]]) -> None:
         if self.config is not None:
             check_configs([self.config], self.cli)
             check_timed_settings([self.config], extra)
+            for name, overrides in extra:
+                split_overrides(name, overrides, "--variant", config_keys=True)
             return
         for name, overrides in extra:
             parse_settings(name, overrides, "--variant")
@@ -92,8 +103,11 @@ class Entry:
             check_tuned_output(config, overwrite)
 
     def targets(self, diagnosis: Diagnosis) -> dict[str, Any]:
-        """Where the candidates set each setting: the config's keys, or tune's names applied at run time."""
-        return diagnosis.targets if self.config is not None else RUNTIME_TARGETS
+        """Where the candidates set each setting: tune's names, applied at run time; a config's CLI adds the keys
+        only it holds (the batch size, a recipe's switch, a model's compile argument)."""
+        if diagnosis.targets:
+            return diagnosis.targets
+        return cli_targets(diagnosis.facts.get("cli")) if self.config is not None else RUNTIME_TARGETS
 
     def diagnose(
         self, steps: int, log_dir: str, experiment: str, limits: RoundLimits, report: RoundReport
@@ -102,44 +116,31 @@ class Entry:
         run_dir = os.path.join(log_dir, experiment, DIAGNOSIS)
         os.makedirs(run_dir, exist_ok=True)
         log_path = os.path.join(run_dir, WORKER_LOG_FILENAME)
-        side_path = os.path.join(run_dir, TARGETS_FILENAME if self.config is not None else FACTS_FILENAME)
+        side_path = os.path.join(run_dir, FACTS_FILENAME)
         progress = Progress(1, 1, steps)
         progress.start(1, 1, DIAGNOSIS, steps)
-        round_args: dict[str, Any] = {
-            "limits": limits,
-            "report": report,
-            "on_progress": progress.step,
-            "on_limit": progress.limit,
+        spec = {
+            "steps": steps,
+            "log_dir": log_dir,
+            "experiment": experiment,
+            "version": DIAGNOSIS,
+            "settings": {},
+            "perf_kwargs": DIAGNOSIS_PERF_KWARGS,
+            "facts_path": side_path,
         }
         begun = time.perf_counter()
         try:
-            if self.config is not None:
-                spec = {
-                    "configs": [self.config],
-                    "overrides": [],
-                    "steps": steps,
-                    "log_dir": log_dir,
-                    "experiment": experiment,
-                    "variant": DIAGNOSIS,
-                    "version": DIAGNOSIS,
-                    "cli": self.cli,
-                    "perf_kwargs": DIAGNOSIS_PERF_KWARGS,
-                    "targets_path": side_path,
-                }
-                command = [sys.executable, "-m", WORKER_MODULE]
-                error = run_worker(command, json.dumps(spec), log_path, env=worker_env(), **round_args)
-            else:
-                spec = {
-                    "steps": steps,
-                    "log_dir": log_dir,
-                    "experiment": experiment,
-                    "version": DIAGNOSIS,
-                    "settings": {},
-                    "perf_kwargs": DIAGNOSIS_PERF_KWARGS,
-                    "facts_path": side_path,
-                }
-                site = write_bootstrap(os.path.join(log_dir, experiment))
-                error = run_command_round(self.command or [], site, spec, log_path, **round_args)
+            site = write_bootstrap(os.path.join(log_dir, experiment))
+            error = run_command_round(
+                self.run(),
+                site,
+                spec,
+                log_path,
+                limits=limits,
+                report=report,
+                on_progress=progress.step,
+                on_limit=progress.limit,
+            )
         finally:
             progress.close()
         wall_s = time.perf_counter() - begun
@@ -148,12 +149,11 @@ class Entry:
         try:
             summary = RunSummary.load(run_dir)
             with open(side_path, encoding="utf-8") as fh:
-                side = json.load(fh)
+                facts = json.load(fh)
         except (SummaryError, OSError, ValueError) as err:
             return Diagnosis(None, {}, {}, wall_s, str(err))
-        if self.config is not None:
-            return Diagnosis(summary, side, {}, wall_s)
-        return Diagnosis(summary, RUNTIME_TARGETS, side, wall_s)
+        diagnosis = Diagnosis(summary, {}, facts, wall_s)
+        return Diagnosis(summary, self.targets(diagnosis), facts, wall_s)
 
     def trial(
         self,
@@ -165,20 +165,8 @@ class Entry:
         warmup_steps: int,
         limits: RoundLimits,
     ) -> TrialResult:
-        if self.config is not None:
-            return run_cli_trial(
-                [self.config],
-                variants,
-                steps,
-                log_dir,
-                name,
-                repeats=rounds,
-                warmup_steps=warmup_steps,
-                cli=self.cli,
-                limits=limits,
-            )
         return run_command_trial(
-            self.command or [],
+            self.run(),
             variants,
             steps,
             log_dir,
@@ -186,13 +174,14 @@ class Entry:
             repeats=rounds,
             warmup_steps=warmup_steps,
             limits=limits,
+            config_keys=self.config is not None,
         )
 
     def write(
         self, changes: dict[str, Any], facts: dict[str, Any], experiment_dir: str, overwrite: bool
     ) -> InProjectTerms:
-        """The winner in the project's terms (raises OSError when a file cannot be written)."""
-        if self.config is not None:
-            path, diff = write_tuned(self.config, changes, overwrite)
-            return InProjectTerms("lightning_cli", [], path, diff, files=[path])
+        """The winner in the project's terms (raises OSError when a file cannot be written); a config's tuned copy
+        is named as the config was given."""
+        if self.config is not None and facts.get("cli"):
+            facts = {**facts, "cli": {**facts["cli"], "configs": [self.config]}}
         return in_project_terms(facts, changes, experiment_dir, overwrite)

@@ -18,8 +18,9 @@ import yaml
 from lightning_perf.analysis.summary import Distribution, MachineState, RunSummary, TimingSummary
 from lightning_perf.cli import main
 from lightning_perf.trial import rounds, runner, tune
-from lightning_perf.trial.api import run_cli_trial
+from lightning_perf.trial.api import run_command_trial
 from lightning_perf.trial.decision import Decision
+from lightning_perf.trial.project.command import config_command
 from lightning_perf.trial.proposals import Proposal
 from lightning_perf.trial.rounds import _run_rounds
 from lightning_perf.trial.runner import RoundLimits, RoundReport, Terminated
@@ -239,13 +240,14 @@ def test_a_round_that_sleeps_an_hour_ends_at_the_limit_the_first_finished_round_
     (project / "exp.yaml").write_text(yaml.safe_dump(config))
     earlier = children()
     started = time.monotonic()
-    result = run_cli_trial(
-        ["exp.yaml"],
+    result = run_command_trial(
+        config_command(["exp.yaml"]),
         [("baseline", []), ("hung", [("model.init_args.marker", str(marker))])],
         steps=6,
         log_dir="perf_logs",
         name="exp",
         repeats=2,
+        config_keys=True,
     )
     took = time.monotonic() - started
     baseline, hung = result.variants
@@ -316,7 +318,7 @@ def test_a_terminated_trial_or_tune_says_the_runs_done_are_kept(project, monkeyp
     def terminated(*args, **kwargs):
         raise Terminated(signum)
 
-    monkeypatch.setattr("lightning_perf.cli.trial.run_cli_trial", terminated)
+    monkeypatch.setattr("lightning_perf.cli.trial.run_command_trial", terminated)
     monkeypatch.setattr("lightning_perf.cli.tune.run_tune", terminated)
     code = main(["trial", "--config", "exp.yaml", "--steps", "4", "--variant", "a", "--variant", "b"])
     assert code == 128 + signum

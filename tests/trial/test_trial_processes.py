@@ -143,7 +143,7 @@ def test_sigterm_to_trial_ends_its_worker_and_dataloader_workers(project):
             assert time.monotonic() < deadline, "the DataLoader workers never started"
             time.sleep(0.2)
             for child in psutil.Process(proc.pid).children():
-                if "lightning_perf.trial.worker" in " ".join(child.cmdline()):
+                if "lightning_perf.trial.project.cli_main" in " ".join(child.cmdline()):
                     worker, loaders = child, child.children(recursive=True)
         assert worker is not None and os.getpgid(worker.pid) == worker.pid  # its own group, as before
         assert all(os.getpgid(p.pid) == worker.pid for p in loaders)
@@ -222,7 +222,7 @@ def test_a_worker_dies_with_a_parent_killed_outright(tmp_path):
     ready = tmp_path / "ready"
     worker_code = (
         "import os, sys, time\n"
-        "from lightning_perf.trial.worker import die_with_parent\n"
+        "from lightning_perf.trial.parent_death import die_with_parent\n"
         "die_with_parent()\n"
         f"open({str(ready)!r}, 'w').write(str(os.getpid()))\n"
         "time.sleep(300)\n"

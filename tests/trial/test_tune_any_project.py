@@ -57,12 +57,14 @@ def lightning_perf(project: Path, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-def tune(project: Path, *command: str) -> dict | None:
+def tune(project: Path, *command: str, entry: tuple[str, ...] = ()) -> dict | None:
     """tune's JSON answer, checked: a faster winner with its interval and the project's files unchanged. None
     when tune said honestly that others' work on the machine disturbed its rounds (beside CPU hogs), which is
-    then checked instead: exit 1, the disturbed rounds named, nothing written."""
+    then checked instead: exit 1, the disturbed rounds named, nothing written. ``entry`` (``--config CFG.yaml``)
+    instead of a command."""
     before = digests(project)
-    done = lightning_perf(project, "tune", *TUNE_ARGS, "--", sys.executable, *command)
+    way = entry or ("--", sys.executable, *command)
+    done = lightning_perf(project, "tune", *TUNE_ARGS, *way)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     after = digests(project)
@@ -102,15 +104,90 @@ def test_a_lightning_cli_subclass_with_its_classes_at_the_call_site_and_a_linked
     assert data["trainer"] == yaml.safe_load((project / "config.yaml").read_text())["trainer"]
 
 
+# the workers_arg project's config as `tune --config` takes it: its classes by class_path
+WORKERS_CONFIG = {
+    "trainer": {
+        "max_epochs": 1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+    },
+    "model": {"class_path": "slowdata.TinyModel"},
+    "data": {"class_path": "slowdata.WorkersData", "init_args": {"batch_size": 8, "workers": 0}},
+}
+
+
 @pytest.mark.once
-def test_a_datamodule_whose_loader_argument_is_called_workers(tmp_path):
+def test_tune_config_finds_a_datamodule_whose_loader_argument_is_called_workers(tmp_path):
+    """Issue 46: `tune --config` runs as a command (our Lightning CLI entry built with the config), so the
+    datamodule's `workers`, which feeds the DataLoader's num_workers, is tried and written by its own key (before:
+    "not in the config: the DataLoader's num_workers is not an argument of the datamodule or model", nothing
+    tried). The command form of this project (`-- python main.py fit --config config.yaml`) goes the same path."""
     project = copy_project("workers_arg", tmp_path)
-    result = tune(project, "main.py", "fit", "--config", "config.yaml")
+    (project / "classpath.yaml").write_text(yaml.safe_dump(WORKERS_CONFIG))
+    result = tune(project, entry=("--config", "classpath.yaml"))
     if result is None:  # the machine was busy: checked in tune()
         return
-    assert result["in_project"]["kind"] == "lightning_cli"
-    data = yaml.safe_load((project / "config.tuned.yaml").read_text())["data"]
-    assert data["workers"] >= 2 and "num_workers" not in data  # found by the value the DataLoader got
+    assert workers_of(result) >= 2
+    assert (
+        result["in_project"]["kind"] == "lightning_cli" and result["tuned_config"] == "classpath.tuned.yaml"
+    )
+    data = yaml.safe_load((project / "classpath.tuned.yaml").read_text())["data"]
+    assert (
+        data["init_args"]["workers"] >= 2 and "num_workers" not in data["init_args"]
+    )  # by the loader's value
+
+
+@pytest.mark.once  # real fits of a CLI built from the user's class: the parsing is jsonargparse's, tested once
+def test_cli_with_a_subclass_given_its_classes_at_the_call_site_is_built(tmp_path):
+    """`--cli main:MyCLI` for `MyCLI(TinyModel, SleepyData)` in the script's main() (before: jsonargparse's
+    'Target key expected to start with "model.init_args."' in every round): the classes are read from that call,
+    the linked argument holds, and a round's settings reach the fit."""
+    project = copy_project("cli_subclass", tmp_path)
+    before = digests(project)
+    done = lightning_perf(
+        project,
+        *("trial", "--cli", "main:MyCLI", "--config", "config.yaml", "--steps", "4", "--repeats", "1"),
+        *(
+            "--warmup-steps",
+            "0",
+            "--format",
+            "json",
+            "--variant",
+            "baseline",
+            "--variant",
+            "w2:num_workers=2",
+        ),
+    )
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: one round gives no interval
+    variants = {v["name"]: v for v in json.loads(done.stdout)["variants"]}
+    assert all(v["status"] == "ok" for v in variants.values()), variants
+    seen = {
+        name: json.loads(Path(project, v["round_dirs"][0], "perf_summary.json").read_text())["settings"]
+        for name, v in variants.items()
+    }
+    assert seen["baseline"]["num_workers"] == 0 and seen["w2"]["num_workers"] == 2
+    assert digests(project) == {**before, **{k: v for k, v in digests(project).items() if k not in before}}
+
+
+def test_cli_with_a_subclass_whose_classes_are_not_found_fails_in_one_line_naming_the_command_form(tmp_path):
+    """A LightningCLI subclass given its classes somewhere tune cannot read: the diagnosis round stops before any
+    fit with one line naming the form that runs the script as it runs."""
+    project = copy_project("cli_subclass", tmp_path)
+    (project / "bare.py").write_text(
+        "from lightning.pytorch.cli import LightningCLI\n\n\nclass BareCLI(LightningCLI):\n    pass\n"
+    )
+    done = lightning_perf(project, "tune", "--cli", "bare:BareCLI", "--config", "config.yaml", "--steps", "4")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    failed = [line for line in done.stdout.splitlines() if "the diagnosis fit failed: " in line]
+    assert len(failed) == 1, done.stdout
+    assert "--cli bare:BareCLI: BareCLI is given its classes where your script calls it" in failed[0]
+    assert (
+        "run it as your script does: `lightning-perf tune -- python bare.py fit --config config.yaml`"
+        in failed[0]
+    )
+    assert not list(project.rglob("perf_summary.json"))  # no fit ran
+    assert not (project / "config.tuned.yaml").exists()
 
 
 @pytest.mark.once

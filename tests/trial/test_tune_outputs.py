@@ -142,7 +142,7 @@ def test_with_the_flag_a_batch_size_variant_is_labelled_semantic_and_loses_to_mo
     assert speeds["bs1"]["basis"] == "samples_per_sec" and speeds["bs1"]["high"] < 1.0, speeds
     winner = result["decision"]["winner"]
     workers = next(c for c in result["candidates"] if c["name"] == winner)
-    assert "data.init_args.num_workers" in workers["overrides"] and winner != "bs1", result["decision"]
+    assert "num_workers" in workers["overrides"] and winner != "bs1", result["decision"]
     assert "faster (in samples a second" in result["decision"]["line"]
     tuned = (project / "exp.tuned.yaml").read_text()
     assert "num_workers" in tuned and "older tune" not in tuned and "batch_size: 4" in tuned
@@ -179,11 +179,16 @@ def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(
     write(project / "exp.yaml", COMPUTE_BOUND)
     finding = Finding("input_bound", "high", "input-bound", "evidence", "more workers", {"num_workers": 2})
     summary = RunSummary(findings=[finding], settings=Settings(batch_size=4))
-    targets = {"loader_keys": {"num_workers": "data.init_args.num_workers"}}
-    diagnosis = entry_module.Diagnosis(summary, targets, {}, 1.0)
+    # what the diagnosis round of the config's command saw: the datamodule's num_workers fed the DataLoader's
+    cli = {
+        "configs": ["exp.yaml"],
+        "sections": {"data": {"prefix": "data.init_args.", "args": {"num_workers": 0}}},
+    }
+    facts = {"cli": cli, "loaders": [{"num_workers": 0}]}
+    diagnosis = entry_module.Diagnosis(summary, {}, facts, 1.0)
     monkeypatch.setattr(entry_module.Entry, "diagnose", lambda self, *a: diagnosis)
 
-    def measured(configs, variants, steps, log_dir, name, **kwargs):
+    def measured(command, variants, steps, log_dir, name, **kwargs):
         fast = [(80.0, 4), (82.0, 4), (81.0, 4)]
         runs = [VariantResult("baseline", "b", status="ok", rounds=rounds(*fast))]
         runs += [
@@ -195,8 +200,8 @@ def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(
     def read_only(path, changes, overwrite):
         raise OSError(errno.EROFS, "Read-only file system", "exp.tuned.yaml")
 
-    monkeypatch.setattr(entry_module, "run_cli_trial", measured)
-    monkeypatch.setattr(entry_module, "write_tuned", read_only)
+    monkeypatch.setattr(entry_module, "run_command_trial", measured)
+    monkeypatch.setattr("lightning_perf.trial.project.terms.write_tuned", read_only)
     code = tune("--config", "exp.yaml", "--steps", STEPS)
     out, err = capsys.readouterr()
     assert code == 1, out + err
@@ -279,13 +284,13 @@ def test_trial_exits_non_zero_when_its_comparison_could_not_be_written(project, 
     write(project / "exp.yaml", COMPUTE_BOUND)
     (project / "blocked").write_text("a file where the experiment folder goes")
 
-    def measured(configs, variants, steps, log_dir, name, *args, **kwargs):
+    def measured(command, variants, steps, log_dir, name, *args, **kwargs):
         runs = [VariantResult(n, n, status="ok", rounds=rounds((40.0, 4), (41.0, 4))) for n, _ in variants]
         for run in runs:
             run.summary = run.rounds[0]
         return conclude(TrialResult(name, str(project / "blocked" / name), steps, runs, repeats=2))
 
-    monkeypatch.setattr(trial_cli, "run_cli_trial", measured)
+    monkeypatch.setattr(trial_cli, "run_command_trial", measured)
     code = trial("--variant", "a", "--variant", "b:trainer.benchmark=true", "--repeats", "2")
     out, err = capsys.readouterr()
     assert "could not write" in out and "comparison.json" in out, out + err

@@ -220,17 +220,27 @@ def test_the_adapter_pairs_each_candidates_mean_step_time_with_the_baselines_of_
 
 
 def test_targets_find_a_recipe_switch_on_the_model_and_the_datamodule():
-    from lightning_perf.trial.targets import describe
+    """A config's targets: tune's names at run time, plus the keys only the config holds, from the facts its
+    diagnosis round read of the CLI's classes (cli_facts)."""
+    from lightning_perf.trial.project.command import RUNTIME_TARGETS, cli_targets
+    from lightning_perf.trial.project.facts import cli_facts
 
     class Model:
-        def __init__(self, batched_transforms: bool = False) -> None: ...
+        def __init__(self, batched_transforms: bool = False, compile: bool = False) -> None: ...
 
     class Data:
-        def __init__(self, num_workers: int = 0, batched_transforms: bool = False) -> None: ...
+        def __init__(
+            self, num_workers: int = 0, batch_size: int = 4, batched_transforms: bool = False
+        ) -> None: ...
 
     class Plain:
         def __init__(self, num_workers: int = 0) -> None: ...
 
-    found = describe({}, Model(), Data())
+    found = cli_targets(cli_facts(({}, Model(), Data())))
     assert found["recipes"] == {"batched_transforms": ["model.batched_transforms", "data.batched_transforms"]}
-    assert describe({}, Plain(), Plain())["recipes"] == {}
+    assert found["loader_keys"]["batch_size"] == "data.batch_size"
+    assert found["loader_keys"]["num_workers"] == "num_workers"  # applied at run time, written by its feeder
+    assert found["compile"] == "model.compile" and "compile" not in found["compute_keys"]
+    plain = cli_targets(cli_facts(({}, Plain(), Plain())))
+    assert plain["recipes"] == {} and plain["loader_keys"] == RUNTIME_TARGETS["loader_keys"]
+    assert "compile" in RUNTIME_TARGETS["compute_keys"]  # not changed by a config's targets

@@ -39,6 +39,14 @@ RUNTIME_TARGETS: dict[str, Any] = {
     "compile": None,
 }
 FACTS_FILENAME = "tune_facts.json"
+# the command ``tune/trial --config CFG.yaml`` runs: the Lightning CLI built with the config
+# (:mod:`lightning_perf.trial.project.cli_main`); ``--cli`` is its first argument
+CLI_MAIN_MODULE = "lightning_perf.trial.project.cli_main"
+CLI_FLAG = "--lightning-perf-cli"
+# a config's model or datamodule argument of one of these names switches on the diagnosis's named recipe
+# (analysis.rules.thresholds.SETTING_TARGETS: "LightningModule"): the project has the code, the config the switch
+RECIPE_ARGUMENTS = ("batched_transforms",)
+COMPILE_ARGUMENT = "compile"
 SITE_DIRNAME = "_site"
 COMMAND_LOG_FILENAME = "command.log"
 
@@ -77,13 +85,68 @@ if _spec is not None and _spec.loader is not None:
 '''
 
 
-def parse_settings(name: str, overrides: Sequence[tuple[str, str]], label: str) -> dict[str, Any]:
+def config_command(configs: Sequence[str], cli: str | None = None) -> list[str]:
+    """The command of ``--config CFG.yaml`` (repeatable) and ``--cli MODULE:ATTR``: our Lightning CLI entry."""
+    import sys
+
+    command = [sys.executable, "-m", CLI_MAIN_MODULE]
+    command += [f"{CLI_FLAG}={cli}"] if cli is not None else []
+    return command + [arg for path in configs for arg in ("--config", path)]
+
+
+def split_overrides(
+    name: str, overrides: Sequence[tuple[str, str]], label: str, config_keys: bool = False
+) -> tuple[dict[str, Any], list[str]]:
+    """A variant's settings in tune's names (applied at run time) and, for a config's command (``config_keys``),
+    its config keys (``data.init_args.batch_size=8``) as the CLI's arguments after the config."""
+    if not config_keys:
+        return parse_settings(name, overrides, label), []
+    keyed = [(key, text) for key, text in overrides if "." in key]
+    settings = parse_settings(name, [(k, t) for k, t in overrides if "." not in k], label, config_keys)
+    return settings, [f"--{key}={text}" for key, text in keyed]
+
+
+def cli_targets(cli: dict[str, Any] | None) -> dict[str, Any]:
+    """Where a config's candidates set each setting: tune's names at run time (:data:`RUNTIME_TARGETS`), plus what
+    only the config holds, from the diagnosis's facts of its CLI (:func:`lightning_perf.trial.project.facts.cli_facts`):
+    the batch size's key, a recipe's switch, a model's ``compile`` argument."""
+    targets = {
+        name: dict(value) if isinstance(value, dict) else value for name, value in RUNTIME_TARGETS.items()
+    }
+    sections = (cli or {}).get("sections") or {}
+    recipes: dict[str, list[str]] = {}
+    for section in ("model", "data"):
+        part = sections.get(section)
+        if not part:
+            continue
+        names = set(part.get("names") or part.get("args") or {})
+        if "batch_size" in names and (section == "data" or "batch_size" not in targets["loader_keys"]):
+            targets["loader_keys"]["batch_size"] = part["prefix"] + "batch_size"
+        for recipe in RECIPE_ARGUMENTS:
+            if recipe in names:
+                recipes.setdefault(recipe, []).append(part["prefix"] + recipe)
+        if section == "model" and COMPILE_ARGUMENT in names:
+            targets["compile"] = part["prefix"] + COMPILE_ARGUMENT
+            targets["compile_on"] = bool((part.get("args") or {}).get(COMPILE_ARGUMENT))
+            targets["compute_keys"].pop(COMPILE_ARGUMENT, None)  # the model compiles itself
+    targets["recipes"] = recipes
+    return targets
+
+
+def parse_settings(
+    name: str, overrides: Sequence[tuple[str, str]], label: str, config_keys: bool = False
+) -> dict[str, Any]:
     """A command variant's settings in tune's names (``num_workers=4``), values read as YAML; bad names are
     refused naming the flag and the settings allowed."""
     import yaml
 
     settings: dict[str, Any] = {}
     for key, text in overrides:
+        if key not in RUNTIME_SETTINGS and config_keys:
+            raise TrialError(
+                f"{label} {name!r}: {key!r} is neither a setting a round applies ({', '.join(RUNTIME_SETTINGS)}) "
+                f"nor a config key (data.init_args.{key}=...)"
+            )
         if key not in RUNTIME_SETTINGS:
             raise TrialError(
                 f"{label} {name!r}: {key!r} is not a setting a round of a command can apply; use one of "
@@ -200,9 +263,13 @@ __all__ = [
     "RUNTIME_SETTINGS",
     "RUNTIME_TARGETS",
     "RUN_ENV",
+    "CLI_MAIN_MODULE",
     "TRAINER_SETTINGS",
     "check_command",
+    "cli_targets",
+    "config_command",
     "parse_settings",
+    "split_overrides",
     "run_command_round",
     "write_bootstrap",
 ]

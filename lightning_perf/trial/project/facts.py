@@ -5,8 +5,8 @@ Written as JSON at the end of the round's fit (:mod:`lightning_perf.trial.projec
 
 * ``loaders``: each training DataLoader's settings as the project built it, and the file and line that built it;
 * ``trainer_site``: the file and line that built the Trainer;
-* ``cli``: a LightningCLI's config files, and for its ``data`` and ``model`` sections the config key prefix and
-  the value of each ``__init__`` argument;
+* ``cli``: a LightningCLI's config files, and for its ``data`` and ``model`` sections the config key prefix, the
+  ``__init__`` arguments' names and the value of each;
 * ``hydra``: a Hydra app's config folder, its group choices, the overrides it ran with, and the composed config's
   nodes that built the Trainer and the datamodule (their path and keys);
 * ``datamodule``: its class, where it is defined, and its ``__init__`` arguments' values (from ``hparams`` or
@@ -26,11 +26,34 @@ import sys
 from typing import Any
 
 from lightning_perf.atomic_file import atomic_open
-from lightning_perf.trial import targets
 from lightning_perf.trial.compute.apply import compute_facts
 
 PLAIN = (int, float, bool, str, type(None))
 MISSING = object()
+
+
+def _parameters(obj: Any) -> set[str]:
+    """The ``__init__`` argument names of ``obj``'s class."""
+    if obj is None:
+        return set()
+    try:
+        return set(inspect.signature(type(obj).__init__).parameters) - {"self", "args", "kwargs"}
+    except (TypeError, ValueError):
+        return set()
+
+
+def _prefix(config: Any, section: str) -> str:
+    """``data.init_args.`` when the section is given by class_path, else ``data.``."""
+    value = _value(config, section)
+    has_class_path = value is not None and getattr(value, "class_path", None) is not None
+    return f"{section}.init_args." if has_class_path else f"{section}."
+
+
+def _value(config: Any, key: str) -> Any:
+    try:
+        return config.get(key)
+    except (AttributeError, KeyError, TypeError):
+        return None
 
 
 def write_facts(path: str, run: Any, trainer: Any) -> None:
@@ -58,18 +81,19 @@ def cli_facts(cli: Any) -> dict[str, Any] | None:
         return None
     config, model, datamodule = cli
     paths = []
-    for item in (targets._value(config, "config") or []) if config is not None else []:
+    for item in (_value(config, "config") or []) if config is not None else []:
         path = getattr(item, "absolute", None) or str(item)
         paths.append(os.path.abspath(str(path)))
     sections = {}
     for section, obj in (("data", datamodule), ("model", model)):
         if obj is None:
             continue
-        prefix = targets._prefix(config, section)
-        names = targets._parameters(obj)
+        prefix = _prefix(config, section)
+        names = _parameters(obj)
         sections[section] = {
             "prefix": prefix,
-            "args": _plain({name: targets._value(config, prefix + name) for name in names}),
+            "names": sorted(names),
+            "args": _plain({name: _value(config, prefix + name) for name in names}),
         }
     return {"configs": paths, "sections": sections}
 
@@ -85,7 +109,7 @@ def object_facts(obj: Any) -> dict[str, Any] | None:
         site = None
     hparams = getattr(obj, "hparams", None) or {}
     values = {}
-    for name in targets._parameters(obj):
+    for name in _parameters(obj):
         if name in hparams:
             values[name] = hparams[name]
         else:

@@ -1,7 +1,8 @@
 """The winner of a command's tune in the project's own terms, from what its diagnosis round saw.
 
-* A **LightningCLI** project: ``CFG.tuned.yaml`` beside the config it ran with, each setting under the key that
-  feeds it (``data.init_args.num_workers``, ``trainer.precision``).
+* A **LightningCLI** project (a LightningCLI script, or ``tune --config``, which runs our CLI entry with it):
+  ``CFG.tuned.yaml`` beside the config it ran with, each setting under the key that feeds it
+  (``data.init_args.num_workers``, ``trainer.precision``; a config key of the candidate as it is).
 * A **Hydra** app: the override strings (``data.num_workers=4``; ``+trainer.benchmark=true`` for a key its
   config lacks) and a tuned config group file (``<group>/<choice>_tuned.yaml`` under the experiment folder, the
   chosen option with the changes on top), used by ``hydra.searchpath`` and the group's new choice.
@@ -24,6 +25,7 @@ from typing import Any
 
 from lightning_perf.trial.compute.settings import COMPUTE_SETTINGS, code_lines
 from lightning_perf.trial.project.command import LOADER_SETTINGS, TRAINER_SETTINGS
+from lightning_perf.trial.project.library_terms import library_lines
 from lightning_perf.trial.proposals import value_text
 from lightning_perf.trial.tuned_config import write_tuned
 
@@ -82,6 +84,8 @@ def in_project_terms(
         return _lightning_cli(facts, changes, overwrite)
     if facts.get("hydra"):
         return _hydra(facts, changes, experiment_dir)
+    if (library := library_lines(facts, changes)) is not None:  # a library built the DataLoader
+        return InProjectTerms("code", library[0] + _code_lines(facts, library[1]))
     return InProjectTerms("code", _code_lines(facts, changes))
 
 
@@ -95,6 +99,9 @@ def _lightning_cli(facts: dict[str, Any], changes: dict[str, Any], overwrite: bo
     keyed: dict[str, Any] = {}
     left: dict[str, Any] = {}
     for key, value in changes.items():
+        if "." in key:  # a config key already (a --variant's, a config's batch size or recipe switch)
+            keyed[key] = value
+            continue
         if key in TRAINER_SETTINGS:
             keyed[f"trainer.{key}"] = value
             continue
