@@ -10,10 +10,12 @@ is a wait however fast the loader is: 0 is chosen only when that wait is under `
 the predicted step. With N >= 1 workers the steady wait per step is about max(0, load time - compute time):
 N is chosen when its rate beats the model's compute rate by a margin. When none does, the value with the
 shortest predicted step (compute plus predicted wait) is suggested. Worker start-up (the time to the first
-batch) is reported apart from the steady rate. Each candidate is timed in ``REPEATS`` fresh starts (new
+batch) is reported apart from the steady rate. Each candidate is timed in up to ``REPEATS`` fresh starts (new
 iterator, new worker processes, each start-up left out of its rate); the slowest start's rate is the one a
-selection uses, so one lucky stretch on a noisy machine cannot pick a value that does not keep up. The
-budget fits the run (:func:`probe_budget`).
+selection uses, so one lucky stretch on a noisy machine cannot pick a value that does not keep up. A start reads
+until its rate settles (:func:`settled`: a loader that stalls now and then needs many stall cycles in its
+window), borrowing the candidate's later starts' time; a rate that never settled within the candidate's share is
+named in the reason. The budget fits the run (:func:`probe_budget`).
 
 A candidate that raised, timed out or delivered too few batches for a rate is "not measured", never "not
 faster": the reason names it and why. When other processes busied the machine during the probe the rates are
@@ -27,6 +29,7 @@ outside timed steps. Uses torch's DataLoader, nothing from Lightning.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import random
 import statistics
@@ -68,6 +71,11 @@ MIN_WORKER_TIMEOUT_S = 10.0
 REPEATS = 3
 # A fresh start's steady rate needs at least this many batches after its start-up burst (two intervals).
 MIN_STEADY_BATCHES = 3
+# A start reads on past its share of the time (within the candidate's slice) until its rate settles: the two
+# halves of its steady window within 10% of each other (our choice: the probe's margins are 20% and more), and
+# on past MAX_BATCHES_PER_CANDIDATE / REPEATS batches up to this many, for loaders that stall now and then.
+SETTLE_TOLERANCE = 0.10
+MAX_BATCHES_UNSETTLED = 4 * MAX_BATCHES_PER_CANDIDATE
 # The probe's budget as a share of the fit's training time, between a floor and the user's cap: a tool that
 # measures the run should not cost more than a fifth of it (our choice). Below the floor each fresh start of a
 # candidate gets under ~0.2 s on a 2-core machine, while worker start-up alone took 70-140 ms there under load:
@@ -100,7 +108,7 @@ class NumWorkersProbe:
     start; their minimum is the rate a selection uses), ``batches`` (fetched in all), ``error`` (``None``, or
     why the candidate was not measured), ``predicted_wait_ms`` (the loop's predicted wait for data per step:
     the whole load time of a batch with 0 workers, max(0, load time - compute time) with 1 or more; ``None``
-    when not measured or without a compute rate) and ``predicted_step_ms`` (compute plus that wait).
+    when not measured or without a compute rate) and ``predicted_step_ms`` (compute plus that wait), ``settled`` (every start's rate settled within its time).
 
     ``loading_waits`` is the caller's word that the loading waits (CPU time well below wall time), which let
     the candidates go past the usable cores. ``disturbed`` is True when other processes busied the machine
@@ -190,6 +198,12 @@ def probe_num_workers(
         notes.append(f"the budget of {budget_s:g} s ran out before num_workers={counts[len(candidates)]}")
     if counts_note:
         notes.append(counts_note)
+    unsettled = [c["num_workers"] for c in candidates if c["status"] == MEASURED and not c["settled"]]
+    if unsettled:
+        notes.append(
+            f"the rate of num_workers={', '.join(map(str, unsettled))} had not settled within its share of the "
+            f"budget (a loader that stalls now and then needs a longer read: raise probe_budget_s)"
+        )
     if isinstance(dataloader.dataset, IterableDataset) and any(c["num_workers"] > 0 for c in candidates):
         notes.append(
             "IterableDataset: each worker replays the iterable unless the dataset shards itself "
@@ -232,15 +246,21 @@ def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: 
         "error": None,
         "predicted_wait_ms": None,
         "predicted_step_ms": None,
+        "settled": True,
     }
     start = time.perf_counter()
+    first_s = 0.0
     try:
         loader = copy_loader(dataloader, workers, timeout_s=max(remaining_s, MIN_WORKER_TIMEOUT_S))
         for repeat in range(REPEATS):
-            if repeat and time.perf_counter() >= start + slice_s:
-                break  # slow batches used the slice up: no time for another start
+            now = time.perf_counter()
+            # another start needs about what the first took to settle: a shorter one would misread the rate
+            if repeat and now + first_s >= start + slice_s:
+                break
             stream = _time_stream(loader, workers, start + slice_s * (repeat + 1) / REPEATS, start + slice_s)
+            first_s = first_s or time.perf_counter() - now
             result["batches"] += stream.batches
+            result["settled"] = result["settled"] and stream.settled
             if result["startup_ms"] is None:
                 result["startup_ms"] = stream.startup_ms
             if stream.steady_batches > 0 and stream.steady_s > 0:
@@ -271,14 +291,31 @@ class _Stream:
     startup_ms: float | None = None
     steady_batches: int = 0  # batches after the start-up burst, and the seconds they took
     steady_s: float = 0.0
+    settled: bool = False  # the last window's rate settled (:func:`settled`)
+
+
+def settled(intervals: list[float]) -> bool:
+    """Whether a steady read's rate has settled: over its last third, the rate from its start stays within
+    ``SETTLE_TOLERANCE`` of the rate over the whole read. ``intervals``: the seconds between its batches (across
+    restarts of a short epoch; each start-up left out). A loader whose batches stall now and then (every 32nd
+    sample a 100 ms read) delivers in bursts, and a read holding part of a stall cycle misreads it: 4 and 8
+    workers read 30 and 46 batches/s in short windows, 40 and 79 in a 4 s read. The rate from the start swings
+    with each stall until the read holds many cycles; two halves of a read compare equal however few it holds."""
+    count = len(intervals)
+    if count < 3 * MIN_STEADY_BATCHES:
+        return False
+    elapsed = list(itertools.accumulate(intervals))
+    first = math.ceil(2 * count / 3)
+    rates = [k / elapsed[k - 1] for k in range(first, count + 1) if elapsed[k - 1] > 0]
+    return bool(rates) and max(rates) <= (1.0 + SETTLE_TOLERANCE) * min(rates)
 
 
 def _time_stream(loader: DataLoader, workers: int, end: float, last_end: float) -> _Stream:
     """Fetch from fresh iterators (new workers) until ``end``; the start-up and its burst are not steady time.
 
-    A start that has no steady rate by ``end`` (slow worker start-up) goes on until it has one or until
-    ``last_end``, the end of the candidate's whole slice: it borrows from the candidate's later starts, never
-    from the other candidates."""
+    A start whose steady rate has not settled by ``end`` (slow worker start-up, or a loader that stalls now
+    and then: :func:`settled`) goes on until it has, or until ``last_end``, the end of the candidate's whole
+    slice: it borrows from the candidate's later starts, never from the other candidates."""
     stream = _Stream()
     # batches the workers may have had ready when the first arrived (each keeps prefetch_factor in flight): a
     # burst, not the steady rate; counting it made 4 workers of a ~200 batches/s loader read 6659 under load
@@ -290,31 +327,38 @@ def _time_stream(loader: DataLoader, workers: int, end: float, last_end: float) 
         per_epoch = most
     warmup = max(0, min(in_flight - 1, most - MIN_STEADY_BATCHES - 1, per_epoch - 2))
     started = time.perf_counter()
+    intervals: list[float] = []
+    check_at = 0
     while True:
         iterator = iter(loader)  # also after the data ran out: a restart, its start-up again left out
-        fetched, clock_start, last = 0, None, started
+        fetched, previous = 0, 0.0
         try:
             for _ in iterator:
                 last = time.perf_counter()
                 stream.batches += 1
                 if stream.startup_ms is None:
                     stream.startup_ms = (last - started) * 1000.0
-                if fetched == warmup:
-                    clock_start = last
+                if fetched > warmup:
+                    intervals.append(last - previous)
+                previous = last
                 fetched += 1
-                steady = fetched >= warmup + MIN_STEADY_BATCHES or last >= last_end
-                if (last >= end and steady) or stream.batches >= most:
+                if last >= last_end or stream.batches >= MAX_BATCHES_UNSETTLED:
                     break
+                # settling is looked at as the read grows by a quarter: its cost stays off most batches
+                if (last >= end or stream.batches >= most) and len(intervals) >= check_at:
+                    stream.settled = settled(intervals)
+                    if stream.settled:
+                        break
+                    check_at = math.ceil(len(intervals) * 1.25)
         finally:
             _shutdown(iterator)
-        if clock_start is not None and fetched > warmup + 1:
-            stream.steady_batches += fetched - warmup - 1
-            stream.steady_s += last - clock_start
         if fetched == 0:
             raise RuntimeError("the DataLoader yielded no batches")
         now = time.perf_counter()
-        if stream.batches >= most or now >= last_end or (now >= end and stream.steady_batches > 0):
-            return stream
+        if stream.settled or stream.batches >= MAX_BATCHES_UNSETTLED or now >= last_end:
+            break
+    stream.steady_batches, stream.steady_s = len(intervals), math.fsum(intervals)
+    return stream
 
 
 def copy_loader(dataloader: DataLoader, workers: int, timeout_s: float) -> DataLoader:

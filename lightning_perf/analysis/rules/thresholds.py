@@ -38,6 +38,11 @@ STRAGGLER_MIN_GAP_MS = 2.0
 STRAGGLER_HIGH_PCT = 20.0
 # Safety margin when estimating num_workers from the measured wait (the probe uses the same margin).
 WORKERS_MARGIN = 1.2
+# The least a worker's hand-off of one batch costs the training thread (unpickling, the shared-memory file
+# descriptors, waking it), where the hand-off was not measured: benchmarks/bench_handoff.py measured 0.67-1.03 ms
+# for batches of a few hundred bytes on a 2-core machine; half its lower end allows for faster cores. A 0-worker
+# fetch cheaper than this is not moved to a worker by an estimate.
+HANDOFF_MAIN_FLOOR_MS = 0.3
 # A worker count whose predicted step (the num_workers probe's, or the hand-off model's in rules/inputs/worker_model.py)
 # is within this share of the shortest counts as fast as it: the fewest workers among those are advised, and the
 # run's own count is kept when it is among them. Our choice: TensorFlow's 5% "visible" line

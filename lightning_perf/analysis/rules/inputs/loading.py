@@ -31,6 +31,7 @@ from lightning_perf.analysis.rules.inputs.worker_model import workers_phrase as 
 from lightning_perf.analysis.rules.thresholds import (
     BUSY_OTHER_CPU_SHARE,
     BUSY_RUNQUEUE_PCT,
+    HANDOFF_MAIN_FLOOR_MS,
     LOADING_WAITS_SHARE,
     MIN_FETCHES_SAMPLED,
     NOISY_OTHER_CPU_SHARE,
@@ -223,6 +224,15 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
             # not where fewer workers are advised: workers that wait on the hand-off queue are not storage
             why = f"{loading.describe()}; {why}"
         return pick, why
+    wait = summary.timing.data_wait_ms
+    if current == 0 and wait is not None and wait.mean < HANDOFF_MAIN_FLOOR_MS:
+        # no hand-off measured (its probe timed out on a busy machine, or was not run): a worker could not hand
+        # a batch over for less than this fetch costs the training thread, so no estimate may add one
+        return None, (
+            f"{NOT_MEASURED}: a batch loads in {_fmt(wait.mean)} ms in the training thread, less than a worker's "
+            f"hand-off of a batch costs it (~{_fmt(HANDOFF_MAIN_FLOOR_MS)} ms or more), and the hand-off itself "
+            "was not measured; keep 0 workers"
+        )
     estimate = estimate_workers(summary)
     if estimate is None:
         if current is None:
