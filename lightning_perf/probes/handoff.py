@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_perf.probes.num_workers import copy_loader, preserved_random_state
+from lightning_perf.probes.loader_copy import copy_loader, preserved_random_state
 
 DEFAULT_BUDGET_S = 0.3
 # Batches delivered before the clock starts: the worker's start-up and the prefetch burst it fills

@@ -28,25 +28,21 @@ outside timed steps. Uses torch's DataLoader, nothing from Lightning.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import random
 import statistics
-import sys
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_perf.analysis.numbers import finite, whole
 from lightning_perf.analysis.rules.noise import noisy_machine
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.sampling.machine_state import MachineWatch
+from lightning_perf.probes.loader_copy import copy_loader, preserved_random_state, shutdown_workers
 from lightning_perf.probes.worker_choice import (
     DEFAULT_MARGIN,
     MEASURED,
@@ -351,7 +347,7 @@ def _time_stream(loader: DataLoader, workers: int, end: float, last_end: float) 
                         break
                     check_at = math.ceil(len(intervals) * 1.25)
         finally:
-            _shutdown(iterator)
+            shutdown_workers(iterator)
         if fetched == 0:
             raise RuntimeError("the DataLoader yielded no batches")
         now = time.perf_counter()
@@ -359,65 +355,6 @@ def _time_stream(loader: DataLoader, workers: int, end: float, last_end: float) 
             break
     stream.steady_batches, stream.steady_s = len(intervals), math.fsum(intervals)
     return stream
-
-
-def copy_loader(dataloader: DataLoader, workers: int, timeout_s: float) -> DataLoader:
-    """A DataLoader over the same data with ``workers`` workers; no generator, no persistent workers."""
-    kwargs: dict[str, Any] = {
-        "num_workers": workers,
-        "collate_fn": dataloader.collate_fn,
-        "pin_memory": dataloader.pin_memory,
-        "worker_init_fn": dataloader.worker_init_fn,
-        "persistent_workers": False,
-    }
-    for name in ("pin_memory_device", "in_order"):  # newer torch only
-        if hasattr(dataloader, name):
-            kwargs[name] = getattr(dataloader, name)
-    if workers > 0:
-        kwargs["timeout"] = dataloader.timeout if dataloader.timeout > 0 else timeout_s
-        kwargs["multiprocessing_context"] = dataloader.multiprocessing_context
-        if dataloader.prefetch_factor is not None:
-            kwargs["prefetch_factor"] = dataloader.prefetch_factor
-    if isinstance(dataloader.dataset, IterableDataset):
-        kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
-    elif dataloader.batch_sampler is not None:
-        kwargs["batch_sampler"] = dataloader.batch_sampler  # carries the sampler, batch size and drop_last
-    else:
-        kwargs.update(sampler=dataloader.sampler, batch_size=None)
-    return DataLoader(dataloader.dataset, **kwargs)
-
-
-def _shutdown(iterator: Any) -> None:
-    # joins the worker processes now instead of whenever the iterator is garbage-collected
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
-
-
-@contextlib.contextmanager
-def preserved_random_state(dataloader: DataLoader) -> Iterator[None]:
-    """Restore every RNG the probe advances: the sampler's generator, torch's, Python's and NumPy's.
-
-    Shuffling samplers draw from their generator, each new iterator draws a worker seed from torch's
-    global RNG, and with 0 workers the dataset's transforms run here and draw from the global RNGs.
-    """
-    generators = {}
-    for owner in (dataloader, dataloader.sampler, getattr(dataloader.batch_sampler, "sampler", None)):
-        generator = getattr(owner, "generator", None)
-        if isinstance(generator, torch.Generator):
-            generators[id(generator)] = (generator, generator.get_state())
-    torch_state, python_state = torch.get_rng_state(), random.getstate()
-    numpy = sys.modules.get("numpy")  # only if the program uses it; never imported here
-    numpy_state = numpy.random.get_state() if numpy is not None else None
-    try:
-        yield
-    finally:
-        for generator, state in generators.values():
-            generator.set_state(state)
-        torch.set_rng_state(torch_state)
-        random.setstate(python_state)
-        if numpy is not None:
-            numpy.random.set_state(numpy_state)
 
 
 def _positive(value: Any) -> bool:
