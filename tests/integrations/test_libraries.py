@@ -78,9 +78,11 @@ def test_a_fit_with_perf_callback_times_its_steps(library, tmp_path):
 
 
 def digests(root: Path) -> dict[str, str]:
+    """The project's files (the runs' own logs under perf_logs/ left out)."""
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*.py"))
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] not in ("perf_logs", "__pycache__")
     }
 
 
