@@ -15,7 +15,7 @@ LIGHTNING ?= 2.6.6
 # the other Lightning versions of the declared range (pyproject's `lightning>=2.4,<3`) that .ci/run tests
 LIGHTNING_MATRIX ?= 2.5.6 2.4.0
 
-.PHONY: venv demo docs gpu-check test test-lightning print-lightning print-lightning-matrix lint bench clean
+.PHONY: venv demo docs gpu-check test test-lightning test-integrations print-lightning print-lightning-matrix lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,15 @@ lint: venv
 PYTEST_JOBS ?= -n auto --maxprocesses 4
 test: lint
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest $(PYTEST_JOBS)
+
+# the libraries that drive Lightning for their users (darts, pytorch-forecasting, neuralforecast, lightly), in a
+# venv of their own: they cap pandas below 3 and scipy below 1.16, which the main venv's packages have moved past.
+# ~3 min to install and ~6 min to run on 2 cores, so not in .ci/run (where tests/integrations skips them by name)
+INTEGRATIONS_VENV ?= .venv-integrations
+test-integrations:
+	$(MAKE) venv VENV=$(INTEGRATIONS_VENV)
+	$(INTEGRATIONS_VENV)/bin/pip install --quiet -e ".[integrations]" lightning==$(LIGHTNING) pytorch-lightning==$(LIGHTNING)
+	PYTHONFAULTHANDLER=1 $(INTEGRATIONS_VENV)/bin/python -m pytest $(PYTEST_JOBS) tests/integrations
 
 # the suite again on another Lightning in the same venv (swapping takes ~5 s): make test-lightning V=2.5.6.
 # Only `make test` runs what cannot change with Lightning's version: the pure stages (analysis, traces, the

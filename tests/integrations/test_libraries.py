@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).parent / "examples"
-INSTALL = "install the integrations extra: pip install -e '.[integrations]'"
+INSTALL = "run `make test-integrations` (a venv of their own) or install the integrations extra: pip install -e '.[integrations]'"
 # (module to import, example script): the libraries' own names for the parametrized ids
 LIBRARIES = {
     "darts": ("darts", "darts_example.py"),
