@@ -31,9 +31,8 @@ _INSTALLED = ("site-packages", "dist-packages")
 @dataclass(frozen=True)
 class Library:
     name: str  # as people write it
-    loader: (
-        str  # how the DataLoader's keywords reach it; {kwargs}: the keywords as a dict, {args}: as arguments
-    )
+    # how the DataLoader's keywords reach it; {kwargs}: the keywords as a dict, {args}: as arguments
+    loader: str
     trainer: str | None = None  # how the Trainer's keywords reach it, where the library builds the Trainer
 
 
