@@ -127,8 +127,9 @@ def test_each_part_is_measured_where_it_ran_and_the_parts_add_up_to_the_step(tmp
         "optimizer": SlowOptimizer.timed.ms_per(SlowOptimizer.timed.calls),
     }
     for part, ms in expected.items():
-        # the part holds the work (and the little around it: the matmul, the closure's glue)
-        assert ms <= parts[part] <= ms + 1.0, (part, parts)
+        # the part holds the work (and the little around it: the matmul, the closure's glue, which a busy machine
+        # stretches with the sleeps: CI's other test process made the 3 ms backward 11.2 ms and its part 12.5)
+        assert ms <= parts[part] <= ms + max(1.0, 0.25 * ms), (part, parts)
     # the step span holds the transfer and the optimizer: the step clock's mean step covers every part
     assert summary.timing.step_time_ms.mean >= sum(expected.values())
     assert sum(parts.values()) == pytest.approx(anatomy.step_ms, rel=0.05)
@@ -221,10 +222,13 @@ class SlowValidation(TinyModel):
 
 def test_a_slow_validation_loader_adds_nothing_to_the_training_wait(tmp_path):
     summary = fit(tmp_path, SlowValidation(), val_check_interval=8)
-    # a validation batch waits 80 ms; the training loader waits microseconds
+    # a validation batch waits 80 ms; the training loader waits microseconds: a validation counted as a training
+    # wait would put 80 ms or more in one step's. Not the mean: beside CI's other test process one step's wait
+    # of 13 ms (the thread descheduled) lifted a 47-step mean to 1.03 ms
     assert summary.timing.validation_s > 0.5
-    assert summary.timing.data_wait_ms.mean < 1.0
-    assert summary.anatomy.parts_ms["data_wait"] < 1.0
+    wait = summary.timing.data_wait_ms
+    assert wait.median < 1.0 and wait.max < 60.0, wait
+    assert summary.anatomy.parts_ms["data_wait"] < 5.0
 
 
 def test_span_names_map_to_parts():
@@ -252,7 +256,9 @@ def test_span_names_map_to_parts():
 
 class SlowForward(torch.nn.Module):
     def forward(self, x):
-        time.sleep(0.005)
+        # 4x the head's 3 ms backward: a busy machine adds the same wake-up delay to both sleeps (beside two CPU
+        # hogs, 5 ms against 3 ms once read the other way round)
+        time.sleep(0.012)
         return x
 
 
@@ -262,7 +268,7 @@ class SlowBackwardModule(torch.nn.Module):
 
 
 class ModularModel(TinyModel):
-    """An encoder whose middle module burns 5 ms in forward, a head whose middle module burns 3 ms in backward."""
+    """An encoder whose middle module burns 12 ms in forward, a head whose middle module burns 3 ms in backward."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -291,10 +297,11 @@ def test_the_modules_are_named_by_path_forward_and_backward_apart(tmp_path):
     figures = summary.trace_figures[0]
     modules = {m.path: m for m in figures.modules}
     assert figures.modules[0].path == "encoder.1"  # the costliest first
-    # its share of the profiled step within 2 points of the module hooks' own measurement of those batches
+    # its share of the profiled step within 2 points, or a seventh, of the module hooks' own measurement of those
+    # batches (beside two CPU hogs the trace's span, which opens before the hooks' clock, read 68.9% against 62.0%)
     hooked_ms = statistics.fmean(model.forward_ms[n] for n in figures.step_numbers)
     share = figures.pct_of_step(modules["encoder.1"].forward_self_ms)
-    assert share == pytest.approx(figures.pct_of_step(hooked_ms), abs=2.0)
+    assert share == pytest.approx(figures.pct_of_step(hooked_ms), abs=2.0, rel=0.15)
     assert modules["encoder.1"].backward_self_ms < 0.5
     # the module whose backward is slow is named in backward, by the node its forward created
     assert modules["head.1"].backward_self_ms >= 3.0

@@ -19,6 +19,10 @@ from lightning_perf.analysis.summary import RunSummary
 from tests.helpers import TinyModel, loader, trainer
 from tests.input_consistency import contradictions
 
+# the workers' share of their time waiting for a core past which others crowded the cores: the large-batch test's
+# own 2 workers read 13-16% on a quiet 2-core machine, 48-62% beside two CPU hogs
+CROWDED_SHARE = 0.2
+
 
 def fit(tmp_path, data: DataLoader, steps: int, model=None, **perf) -> RunSummary:
     options = {"enable_profiler": False, "probe_num_workers": "never", "ab_cudnn_benchmark": False, **perf}
@@ -121,8 +125,10 @@ def test_large_in_memory_samples_with_2_workers_are_told_0_and_following_it_is_f
     data = TensorDataset(torch.randn(480, 3, 256, 256), torch.randn(480, 1))
     summary = fit(tmp_path / "two", DataLoader(data, batch_size=16, num_workers=2), 60, model=PoolModel())
     advised = advised_workers(summary)
-    if busy(summary):
-        # others used the cores (CI's other test process): no count may be sized, and never more workers
+    loading = loading_of(summary)
+    if busy(summary) or (loading is not None and (loading.queue_share or 0.0) >= CROWDED_SHARE):
+        # others used the cores (CI's other test process), named or seen as the workers' wait for a core (26% in
+        # one CI run, the machine not named busy; the model then kept 2): never more workers
         assert advised is None or advised < 2, [f.recommendation for f in summary.findings]
         return
     assert advised == 0, [f.recommendation for f in summary.findings]
