@@ -105,9 +105,10 @@ class Entry:
     def targets(self, diagnosis: Diagnosis) -> dict[str, Any]:
         """Where the candidates set each setting: tune's names, applied at run time; a config's CLI adds the keys
         only it holds (the batch size, a recipe's switch, a model's compile argument)."""
-        if diagnosis.targets:
-            return diagnosis.targets
-        return cli_targets(diagnosis.facts.get("cli")) if self.config is not None else RUNTIME_TARGETS
+        return diagnosis.targets or self._targets_of(diagnosis.facts)
+
+    def _targets_of(self, facts: dict[str, Any]) -> dict[str, Any]:
+        return cli_targets(facts.get("cli")) if self.config is not None else RUNTIME_TARGETS
 
     def diagnose(
         self, steps: int, log_dir: str, experiment: str, limits: RoundLimits, report: RoundReport
@@ -152,8 +153,7 @@ class Entry:
                 facts = json.load(fh)
         except (SummaryError, OSError, ValueError) as err:
             return Diagnosis(None, {}, {}, wall_s, str(err))
-        diagnosis = Diagnosis(summary, {}, facts, wall_s)
-        return Diagnosis(summary, self.targets(diagnosis), facts, wall_s)
+        return Diagnosis(summary, self._targets_of(facts), facts, wall_s)
 
     def trial(
         self,

@@ -7,7 +7,11 @@ from typing import Any
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rules.thresholds import CUDA_ACCELERATORS, OVERHEAD_SHARE_PCT
+from lightning_perf.analysis.rules.thresholds import (
+    CUDA_ACCELERATORS,
+    NOISY_OTHER_CPU_SHARE,
+    OVERHEAD_SHARE_PCT,
+)
 from lightning_perf.analysis.summary import RunSummary
 
 
@@ -28,6 +32,16 @@ def others(count: int) -> str:
 def on_cuda(summary: RunSummary) -> bool:
     accelerator = summary.settings.accelerator
     return isinstance(accelerator, str) and accelerator.lower() in CUDA_ACCELERATORS
+
+
+def others_busy(summary: RunSummary) -> bool:
+    """Other processes used a noisy share (``NOISY_OTHER_CPU_SHARE``) of the machine's cores during the run;
+    unknown: False."""
+    machine = summary.machine
+    if machine is None:
+        return False
+    other, cores = _num(machine.other_cores), machine.cpu_count
+    return other is not None and bool(cores) and other >= NOISY_OTHER_CPU_SHARE * cores
 
 
 def usable_cores(summary: RunSummary) -> int | None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from lightning_perf.analysis.numbers import finite
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.rules.helpers import others_busy
 from lightning_perf.analysis.rules.inputs.loading import machine_busy
 from lightning_perf.analysis.rules.thresholds import (
     NOISY_GPU_SLOWDOWN_PCT,
-    NOISY_OTHER_CPU_SHARE,
     NOISY_STEAL_PCT,
 )
 from lightning_perf.analysis.summary import Finding, MachineState, RunSummary
@@ -26,7 +26,7 @@ def noisy_machine(summary: RunSummary, verdict: str | None) -> Finding | None:
     if machine is None:
         return None
     other, steal, cores = finite(machine.other_cores), finite(machine.steal_pct), machine.cpu_count
-    busy = other is not None and bool(cores) and other >= NOISY_OTHER_CPU_SHARE * cores
+    busy = others_busy(summary)
     stolen = steal is not None and steal >= NOISY_STEAL_PCT
     slowed = {r: s for r, s in machine.gpu_slowdown_pct.items() if s >= NOISY_GPU_SLOWDOWN_PCT}
     if not (busy or stolen or slowed):

@@ -13,10 +13,10 @@ import statistics
 
 from lightning_perf.analysis.changepoint import Slowdown
 from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.rules.helpers import others_busy
 from lightning_perf.analysis.rules.thresholds import (
     GPU_GROWTH_MIN_MB,
     NOISY_GPU_SLOWDOWN_PCT,
-    NOISY_OTHER_CPU_SHARE,
     RSS_GROWTH_MIN_MB,
 )
 from lightning_perf.analysis.summary import Finding, RunSummary
@@ -98,9 +98,10 @@ def _coinciding(summary: RunSummary, found: Slowdown) -> list[str]:
         if held:
             reasons = ", ".join(f"{r} {s:.0f}%" for r, s in sorted(held.items()))
             notes.append(f"the GPU's clocks were held down during the run ({reasons} of the samples)")
-        other, cores = finite(machine.other_cores), machine.cpu_count
-        if other is not None and cores and other >= NOISY_OTHER_CPU_SHARE * cores:
-            notes.append(f"other processes used {other:.1f} of {cores} cores during the run")
+        if others_busy(summary):
+            notes.append(
+                f"other processes used {machine.other_cores:.1f} of {machine.cpu_count} cores during the run"
+            )
     notes += _recompiles_near(summary, found)
     memory = summary.memory
     if memory is not None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rules.helpers import probe_value
-from lightning_perf.analysis.rules.thresholds import NEAR_BEST_STEP_PCT, NOISY_OTHER_CPU_SHARE, WORKERS_MARGIN
+from lightning_perf.analysis.rules.helpers import others_busy, probe_value
+from lightning_perf.analysis.rules.thresholds import NEAR_BEST_STEP_PCT, WORKERS_MARGIN
 from lightning_perf.analysis.summary import RunSummary
 
 # The most a run's own worker count is multiplied by in one piece of advice (see charged_choice).
@@ -93,7 +93,7 @@ def load_and_compute_ms(summary: RunSummary, handoff: HandOffCost) -> tuple[floa
     if compute <= 0:
         return None
     if current == 0:  # the run's own fetches, every step
-        if handoff.load_ms is not None and _others_busy(summary):
+        if handoff.load_ms is not None and others_busy(summary):
             # others held the cores: the run's fetches waited for them too (a 0.035 ms in-memory fetch read 0.82 ms
             # on the mean, 25.9 ms at most, beside two CPU hogs); the same fetch timed after the fit is the cleaner
             return min(wait.mean, handoff.load_ms), compute
@@ -113,17 +113,9 @@ def crowding_ms(summary: RunSummary, handoff: HandOffCost) -> float:
     if machine is None or step is None:
         return added
     queue = _num(machine.train_thread_runqueue_pct)
-    if queue is not None and _num(machine.other_cores) is not None and not _others_busy(summary):
+    if queue is not None and _num(machine.other_cores) is not None and not others_busy(summary):
         added += queue / 100.0 * step.mean
     return added
-
-
-def _others_busy(summary: RunSummary) -> bool:
-    """Other processes used a noisy share of the cores during the run (unknown: False)."""
-    machine = summary.machine
-    other = _num(machine.other_cores) if machine is not None else None
-    cores = machine.cpu_count if machine is not None else None
-    return other is not None and bool(cores) and other >= NOISY_OTHER_CPU_SHARE * cores
 
 
 def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, str] | None:
