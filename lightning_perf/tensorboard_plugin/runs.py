@@ -1,5 +1,6 @@
 """The runs under TensorBoard's log dir and each run's Overview pane, from its ``perf_summary.json`` only (a few
-KiB): what the tab paints first, whatever the size of the run's traces."""
+KiB): what the tab paints first, whatever the size of the run's traces. Only the files :mod:`.safe_files` allows
+are listed or read, and a file that cannot be decoded costs its own run's row, never the list."""
 
 from __future__ import annotations
 
@@ -15,16 +16,19 @@ from lightning_perf.analysis.rules.cross_rank import find_straggler, rows_from_s
 from lightning_perf.analysis.rules.helpers import change_text
 from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.run_discovery import find_runs
-from lightning_perf.analysis.summary import MAX_SUMMARY_BYTES, SCHEMA_NAME, SUMMARY_FILENAME, RunSummary
+from lightning_perf.analysis.summary import (
+    MAX_SUMMARY_BYTES,
+    SCHEMA_NAME,
+    SUMMARY_FILENAME,
+    RunSummary,
+    thinned,
+)
 from lightning_perf.analysis.verdicts.comparison import CompareError
 from lightning_perf.analysis.verdicts.hparams_diff import difference_labels
 from lightning_perf.output.hparams_experiment import VALUES_FILENAME, read_values
 from lightning_perf.tensorboard_plugin.cache import cached, stamp
-from lightning_perf.traces.report.build import find_traces
-
-
-class UnknownRun(LookupError):
-    """A run or file name the tab did not list (a stale page, a hand-made URL)."""
+from lightning_perf.tensorboard_plugin.safe_files import UnknownRun, checked, is_inside, refusal
+from lightning_perf.traces.report.build import TRACE_SUFFIXES, is_trace_file
 
 
 def has_runs(logdir: str) -> bool:
@@ -42,6 +46,9 @@ def run_dirs(logdir: str) -> dict[str, str]:
     root = os.path.abspath(logdir)
     named = {}
     for _, directory in found:
+        # the walk follows no symlinked folder; this keeps out one swapped in since
+        if not is_inside(directory, root):
+            continue
         relative = os.path.relpath(os.path.abspath(directory), root).replace(os.sep, "/")
         named[os.path.basename(root) if relative == "." else relative] = directory
     return named
@@ -55,8 +62,9 @@ def run_dir(logdir: str, run: str) -> str:
 
 
 def load(directory: str) -> RunSummary:
-    """The run's summary, decoded once while its file is unchanged."""
-    path = os.path.join(directory, SUMMARY_FILENAME)
+    """The run's summary, decoded once while its file is unchanged; :class:`UnknownRun` when the tab may not
+    read it (a symlink out, a FIFO), :class:`SummaryError` when it is no summary."""
+    path = checked(directory, SUMMARY_FILENAME)
     return cached.get(("summary", stamp(path)), lambda: RunSummary.load(path))
 
 
@@ -96,13 +104,29 @@ class _Headline(msgspec.Struct):
 
 
 def headline(directory: str) -> dict[str, Any]:
-    """The picker's row of one run: status, steps, mean step, verdict; ``error`` when the file is no summary."""
+    """The picker's row of one run: status, steps, mean step, verdict; ``error`` when the file is no summary
+    or one the tab may not read. Decoded once while the file is unchanged."""
     path = os.path.join(directory, SUMMARY_FILENAME)
+    why = refusal(directory, path)
+    if why is not None:
+        return {"error": f"{path}: {why}"}
+    try:
+        return cached.get(("headline", stamp(path)), lambda: _headline(path))
+    except OSError as err:  # removed since it was looked at
+        return {"error": f"{path}: not a readable run summary: {err.strerror or err}"}
+
+
+def _headline(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
-            found = msgspec.json.decode(fh.read(MAX_SUMMARY_BYTES), type=_Headline)
-    except (OSError, msgspec.DecodeError) as err:  # ValidationError is a DecodeError
+            raw = fh.read(MAX_SUMMARY_BYTES + 1)
+        if len(raw) > MAX_SUMMARY_BYTES:
+            return {"error": f"{path}: over {MAX_SUMMARY_BYTES >> 20} MiB, not a run summary"}
+        found = msgspec.json.decode(raw, type=_Headline)
+    except (OSError, msgspec.DecodeError) as err:  # ValidationError (a wrong type) is a DecodeError
         return {"error": f"{path}: not a readable run summary: {err}"}
+    except RecursionError:  # msgspec's answer to `[[[...]]]`, however deep (1,000,000 tried, in a thread)
+        return {"error": f"{path}: corrupt run summary: JSON nested too deeply"}
     if found.schema != SCHEMA_NAME:
         return {"error": f"{path}: not a lightning-perf run summary (no schema {SCHEMA_NAME!r})"}
     step = found.timing.step_time_ms
@@ -122,14 +146,23 @@ def run_list(logdir: str) -> list[dict[str, Any]]:
     rows = []
     values = []
     for name, directory in run_dirs(logdir).items():
-        path = os.path.join(directory, SUMMARY_FILENAME)
-        row = cached.get(("headline", stamp(path)), lambda directory=directory: headline(directory))
-        rows.append({"name": name, **row})
-        saved = read_values(os.path.join(directory, VALUES_FILENAME))
-        values.append(saved["values"] if saved else None)
+        rows.append({"name": name, **headline(directory)})
+        values.append(_saved_values(directory))
     for row, label in zip(rows, difference_labels(values), strict=True):
         row["label"] = label
     return rows
+
+
+def _saved_values(directory: str) -> dict[str, Any] | None:
+    """The run's HParams values (``values`` of its saved file), None when absent, refused or unreadable."""
+    path = os.path.join(directory, VALUES_FILENAME)
+    if refusal(directory, path) is not None:
+        return None
+    try:
+        saved = read_values(path)
+    except RecursionError:  # read_values turns msgspec's DecodeError into None, not a nesting too deep
+        return None
+    return saved["values"] if saved else None
 
 
 def overview(logdir: str, run: str) -> dict[str, Any]:
@@ -137,6 +170,10 @@ def overview(logdir: str, run: str) -> dict[str, Any]:
     directory = run_dir(logdir, run)
     summary = load(directory)
     timing = summary.timing
+    step_ms = thinned(timing.step_samples_ms)
+    unsampled = dataclasses.replace(
+        timing, step_samples_ms=[], wait_samples_ms=[]
+    )  # asdict copies each sample
     return {
         "name": run,
         "run_dir": os.path.abspath(directory),
@@ -148,12 +185,14 @@ def overview(logdir: str, run: str) -> dict[str, Any]:
             {**dataclasses.asdict(f), "change": change_text(f.settings_change).replace("`", "")}
             for f in summary.findings
         ],
-        "timing": {k: v for k, v in dataclasses.asdict(timing).items() if not k.endswith("_samples_ms")},
-        # per step in order (evenly thinned past MAX_SAMPLES): the step, its DataLoader wait, the rest computes
+        "timing": {k: v for k, v in dataclasses.asdict(unsampled).items() if not k.endswith("_samples_ms")},
+        # per step in order (evenly thinned past MAX_SAMPLES): the step, its DataLoader wait, the rest computes.
+        # Thinned again here as the writer thins them: a hand-made summary of a million samples (~6 CPU s to
+        # send and draw) gets the same MAX_SAMPLES as any run.
         "series": {
-            "step_ms": timing.step_samples_ms,
-            "wait_ms": timing.wait_samples_ms,
-            "every": _stride(timing.steps, len(timing.step_samples_ms)),
+            "step_ms": step_ms,
+            "wait_ms": thinned(timing.wait_samples_ms),
+            "every": _stride(timing.steps, len(step_ms)),
         },
         "slowdowns": [dataclasses.asdict(s) for s in summary.slowdowns],
         "memory": dataclasses.asdict(summary.memory) if summary.memory else None,
@@ -219,14 +258,14 @@ def ranks_table(summary: RunSummary) -> dict[str, Any] | None:
 
 
 def files(directory: str) -> list[dict[str, Any]]:
-    """The run's files: the summary, diagnosis, traces (by content), TensorBoard events, exports."""
-    traces = {os.path.basename(p) for p in find_traces(directory)}
+    """The run's files the tab may serve (:func:`.safe_files.refusal`): the summary, diagnosis, traces (by
+    content, as ``lightning-perf report`` finds them), TensorBoard events, exports."""
     listed = []
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
-        if not os.path.isfile(path):
+        if refusal(directory, path) is not None:  # before any open: a FIFO would hang, a symlink leak
             continue
-        if name in traces:
+        if name.endswith(TRACE_SUFFIXES) and is_trace_file(path):
             kind = "trace"
         elif name.startswith("events.out.tfevents"):
             kind = "TensorBoard events"
@@ -241,8 +280,10 @@ def files(directory: str) -> list[dict[str, Any]]:
 
 
 def run_file(logdir: str, run: str, name: str) -> str:
-    """The path of one of the run's listed files (a download): never a path outside the run dir."""
+    """The path of one of the run's listed files (a download): never a path outside the run dir, nor anything
+    but a regular file."""
     directory = run_dir(logdir, run)
+    path = checked(directory, name)  # first, to say why: a symlink out, a FIFO
     if name not in {f["file"] for f in files(directory)}:
         raise UnknownRun(f"no file {name!r} in run {run!r}")
-    return os.path.join(directory, name)
+    return path

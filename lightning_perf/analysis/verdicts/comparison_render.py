@@ -230,6 +230,10 @@ def to_json(c: Comparison) -> dict[str, Any]:
     }
 
 
+# A comparison is a few KiB; a file this large is none, and is not read whole.
+MAX_COMPARISON_BYTES = 16 << 20
+
+
 class ComparisonFileError(CompareError, ValueError):
     """A comparison JSON that cannot be read back (:func:`from_json`): the message names the file, when known,
     and the field."""
@@ -237,15 +241,24 @@ class ComparisonFileError(CompareError, ValueError):
 
 def load_comparison(path: str) -> Comparison:
     """:func:`from_json` of the comparison JSON file at ``path`` (a trial's ``comparison.json``, what
-    ``compare --format json`` printed); :class:`ComparisonFileError` naming the file and the field, OSError
-    when it cannot be read."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+    ``compare --format json`` printed); :class:`ComparisonFileError` naming the file and the field (or why it
+    is no comparison: over MAX_COMPARISON_BYTES, nested too deeply, not UTF-8), OSError when it cannot be read."""
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_COMPARISON_BYTES + 1)
+    if len(raw) > MAX_COMPARISON_BYTES:
+        raise ComparisonFileError(f"{path}: over {MAX_COMPARISON_BYTES >> 20} MiB, not a comparison")
     try:
-        data = json.loads(text)
-    except ValueError as err:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ComparisonFileError(f"{path}: not a comparison: JSON nested too deeply") from None
+    except ValueError as err:  # UnicodeDecodeError is one
         raise ComparisonFileError(f"{path}: not JSON: {err}") from None
-    return from_json(data, source=path)
+    try:
+        return from_json(data, source=path)
+    except ComparisonFileError:
+        raise
+    except (TypeError, ValueError, AttributeError) as err:  # a field from_json does not check: list(3)
+        raise ComparisonFileError(f"{path}: malformed comparison: {err}") from None
 
 
 def _field(data: Any, key: str, where: str, path: str, kind: type | tuple[type, ...] = object) -> Any:

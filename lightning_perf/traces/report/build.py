@@ -31,7 +31,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lightning_perf.analysis.matrix_cores import with_run_settings
@@ -129,16 +129,16 @@ def find_traces(run_dir: str) -> list[str]:
     return scan_folder(run_dir)[0]
 
 
-def scan_folder(run_dir: str) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+def scan_folder(run_dir: str, skip: Callable[[str], str | None] = lambda _: None) -> tuple[list, list, list]:
     """What :func:`find_traces` finds, and what it passes over that is not a plain file: (traces, unreadable
     entries named like torch's traces with why, one note for each other ``*.json[.gz]`` that cannot be looked
     at). A dangling symlink, a symlink loop, a FIFO (never opened: reading one blocks) or a directory is not
-    read; one named ``*.pt.trace.json[.gz]`` is a broken trace. One ``stat`` an entry, as before."""
+    read; one named ``*.pt.trace.json[.gz]`` is a broken trace. One ``skip`` has a reason for is not listed."""
     traces, unreadable, notes = [], [], []
     for name in sorted(os.listdir(run_dir)):
-        if not name.endswith(TRACE_SUFFIXES):
-            continue
         path = os.path.join(run_dir, name)
+        if not name.endswith(TRACE_SUFFIXES) or skip(path) is not None:  # the Perf tab's: a symlink out
+            continue
         why = _not_a_plain_file(path)
         if why is None:
             if is_trace_file(path):
@@ -177,13 +177,15 @@ def build_report(
     jobs: int | None = None,
     notices: list[str] | None = None,
     alignment: str = TB_ALIGNMENT,
+    skip: Callable[[str], str | None] = lambda _: None,
 ) -> dict[str, Any]:
     """The report as plain JSON-ready data (what ``--format json`` prints). ``path``: a folder or one trace.
     ``jobs``: processes reading the traces at once (default: the usable cores; 1: in this process; capped at
     the usable cores and at the number of traces); the traces come ordered by rank (then by name), whatever
     ``jobs``. ``notices``, when given, gets how the report was made (a capped ``jobs``): for the command's
     stderr, not the report, which is the same whatever ``jobs``. ``alignment``: how kernels are assigned to steps
-    (:func:`~lightning_perf.traces.figures.breakdown.step_breakdown`: torch-tb-profiler's time cut, or "launch")."""
+    (:func:`~lightning_perf.traces.figures.breakdown.step_breakdown`: torch-tb-profiler's time cut, or "launch").
+    ``skip``: why a folder's file is not read (:func:`scan_folder`)."""
     jobs = check_jobs(jobs)
     if alignment not in ALIGNMENTS:
         raise ReportError(f"--alignment must be one of {', '.join(ALIGNMENTS)}, got {alignment!r}")
@@ -195,7 +197,7 @@ def build_report(
         run_dir, traces = os.path.dirname(path) or ".", [path]
     elif os.path.isdir(path):
         run_dir = path
-        traces, skipped, notes = scan_folder(path)
+        traces, skipped, notes = scan_folder(path, skip)
     elif os.path.lexists(path):  # a dangling link, a FIFO, a socket
         raise ReportError(f"{path}: {_not_a_plain_file(path)}")
     else:
