@@ -26,6 +26,7 @@ LAYERS = [
     "console",
     "atomic_file",
     "processes",
+    "yaml_budget",
     "errors",
 ]
 MAX_MODULE_LINES = 420

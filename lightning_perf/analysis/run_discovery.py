@@ -109,8 +109,11 @@ def load_summary(directory: str, allow_partial: bool = False) -> RunSummary:
 def load_hparams(directory: str) -> dict[str, Any] | None:
     """The hyperparameters Lightning saved in the run's ``hparams.yaml``; None when there is none or it cannot be
     read (they are optional: a comparison goes on without them). Python-specific YAML tags (``!!python/tuple``,
-    objects Lightning could dump) are read as their plain data, never executed."""
+    objects Lightning could dump) are read as their plain data, never executed; one whose aliases expand past the
+    YAML node budget (:mod:`lightning_perf.yaml_budget`) is not read."""
     import yaml
+
+    from lightning_perf.yaml_budget import YamlBudgetError, load_yaml_file
 
     class _PlainLoader(yaml.SafeLoader):
         pass
@@ -124,8 +127,7 @@ def load_hparams(directory: str) -> dict[str, Any] | None:
 
     _PlainLoader.add_multi_constructor("", plain)
     try:
-        with open(os.path.join(directory, HPARAMS_FILENAME), encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_PlainLoader)  # noqa: S506 - a SafeLoader whose unknown tags become plain data
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        data = load_yaml_file(os.path.join(directory, HPARAMS_FILENAME), loader=_PlainLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, YamlBudgetError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

@@ -22,6 +22,7 @@ from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
 from lightning_perf.trial.compute.figures import variant_figures
 from lightning_perf.trial.rendering import disturbed_rounds, render_trial, trial_plan
+from lightning_perf.yaml_budget import YamlBudgetError, brief, load_yaml, load_yaml_file
 
 if TYPE_CHECKING:
     from lightning.pytorch import LightningDataModule, LightningModule
@@ -253,7 +254,9 @@ def check_override_value(text: str, key: str, value: str) -> None:
     import yaml
 
     try:
-        yaml.safe_load(value)
+        load_yaml(value, f"--variant {text!r}: the value of {key}")
+    except YamlBudgetError as err:
+        raise TrialError(str(err)) from None
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise TrialError(
@@ -287,31 +290,32 @@ def check_timed_settings(
 ) -> None:
     """Refuse, by name, a Trainer setting of the configs (the last to set it wins) or of a variant's overrides
     (values already checked as YAML) that times no step (:func:`times_nothing`): the rounds would measure nothing."""
-    import yaml
-
-    found: dict[str, tuple[str, str, Any]] = {}  # key -> (where, as written, value)
-    for path in configs:
-        with open(path, encoding="utf-8") as fh:  # check_configs read it already
-            trainer = (yaml.safe_load(fh) or {}).get("trainer")
+    found: dict[str, tuple[str, Any]] = {}  # key -> (where, value)
+    for path in configs:  # check_configs read them already: within the YAML node budget
+        trainer = (load_yaml_file(path, f"--config {path}") or {}).get("trainer")
         for key, value in (trainer if isinstance(trainer, dict) else {}).items():
-            found[key] = (f"--config {path}", f"trainer.{key}: {json.dumps(value, default=str)}", value)
-    checks = [(f"{where}:", text, key, value, "the config") for key, (where, text, value) in found.items()]
+            found[key] = (f"--config {path}", value)
+    # a config's value is written out only when refused: dumping every trainer setting would expand its aliases
+    checks: list[tuple[str, str | None, str, Any, str]] = [
+        (f"{where}:", None, key, value, "the config") for key, (where, value) in found.items()
+    ]
     checks += [
         (
             f"--variant {name!r}:",
             f"{key}={text}",
             key.removeprefix("trainer."),
-            yaml.safe_load(text),
+            load_yaml(text, f"--variant {name!r}: the value of {key}"),
             "the variant",
         )
         for name, overrides in variants
         for key, text in overrides
         if key.startswith("trainer.")
     ]
-    for where, text, key, value, place in checks:
+    for where, written, key, value, place in checks:
         why = times_nothing(key, value)
-        if why is not None:
-            raise TrialError(f"{where} {text} {why}; leave it out of {place} to measure it")
+        if why is not None:  # small: times_nothing refuses scalars and an empty max_time only
+            written = written or f"trainer.{key}: {json.dumps(value, default=str)}"
+            raise TrialError(f"{where} {written} {why}; leave it out of {place} to measure it")
 
 
 def check_log_dir(experiment_dir: str, label: str) -> None:
@@ -346,13 +350,14 @@ def check_configs(paths: Sequence[str], cli: str | None = None) -> None:
         if not os.path.isfile(path):
             raise TrialError(f"--config {path}: no such file")
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = yaml.safe_load(fh)
+            data = load_yaml_file(path, f"--config {path}")
+        except YamlBudgetError as err:
+            raise TrialError(str(err)) from None
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
             raise TrialError(f"--config {path}: cannot read it as YAML: {err}") from None
         if not isinstance(data, dict):
             raise TrialError(
-                f"--config {path}: expected a YAML mapping (trainer/model/data), got {data!r:.80}"
+                f"--config {path}: expected a YAML mapping (trainer/model/data), got {brief(data)}"
             )
         keys.update(data)
         model = data.get("model")

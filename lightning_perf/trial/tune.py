@@ -67,6 +67,7 @@ from lightning_perf.trial.spec import (
 )
 from lightning_perf.trial.tune_entry import DIAGNOSIS, Entry
 from lightning_perf.trial.tuned_config import check_tuned_output
+from lightning_perf.yaml_budget import load_yaml
 
 TUNE_SCHEMA_NAME = "lightning-perf/tune"
 TUNE_SCHEMA_VERSION = 1
@@ -414,6 +415,6 @@ def _yaml_value(text: str) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text, f"the value {text!r}")  # checked against the node budget by parse_variant
     except yaml.YAMLError:
         return text

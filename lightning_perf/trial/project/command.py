@@ -21,6 +21,7 @@ from typing import Any
 from lightning_perf.trial.compute.settings import COMPUTE_SETTINGS, check_value
 from lightning_perf.trial.runner import RoundLimits, RoundReport, run_worker, worker_env
 from lightning_perf.trial.spec import TrialError
+from lightning_perf.yaml_budget import YamlBudgetError, brief, load_yaml
 
 # the environment variable that carries a round's spec into the command (read by lightning_perf.trial.project.inject)
 RUN_ENV = "LIGHTNING_PERF_RUN"
@@ -153,7 +154,9 @@ def parse_settings(
                 f"{', '.join(RUNTIME_SETTINGS)} (e.g. {name}:num_workers=4 or {name}:compile=true)"
             )
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text, f"{label} {name!r}: the value of {key}")
+        except YamlBudgetError as err:
+            raise TrialError(str(err)) from None
         except yaml.YAMLError:
             value = text
         _check_value(name, key, value, label)
@@ -163,13 +166,15 @@ def parse_settings(
 
 def _check_value(name: str, key: str, value: Any, label: str) -> None:
     if key == "num_workers" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        raise TrialError(f"{label} {name!r}: num_workers must be an integer >= 0, got {value!r}")
+        raise TrialError(f"{label} {name!r}: num_workers must be an integer >= 0, got {brief(value)}")
     if key == "prefetch_factor" and not (
         value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
     ):
-        raise TrialError(f"{label} {name!r}: prefetch_factor must be an integer >= 1 or null, got {value!r}")
+        raise TrialError(
+            f"{label} {name!r}: prefetch_factor must be an integer >= 1 or null, got {brief(value)}"
+        )
     if key in ("persistent_workers", "pin_memory", "benchmark") and not isinstance(value, bool):
-        raise TrialError(f"{label} {name!r}: {key} must be true or false, got {value!r}")
+        raise TrialError(f"{label} {name!r}: {key} must be true or false, got {brief(value)}")
     why = check_value(key, value)
     if why is not None:
         raise TrialError(f"{label} {name!r}: {why}")
