@@ -1,4 +1,4 @@
-"""A user's YAML is read within a node budget (issue 54).
+"""A user's YAML is read within a node budget, and the tuned config changes the winner's key alone (issue 54).
 
 A "billion laughs" file (anchors that alias each other ten times a level, nine levels: some 600 bytes, 10^9
 leaves once expanded) loads in microseconds with PyYAML, which builds an alias as a second reference; what then
@@ -6,6 +6,9 @@ walks the value (the preflight dumped every trainer setting with ``json.dumps``)
 as a user runs them, in a subprocess, with a 60 s timeout as the only guard against a hang: on the old code the
 bomb under ``trainer.plugins`` sat in ``json.dumps``, the whole-file one in the ``repr`` of the "expected a
 mapping" message, until killed.
+
+The tuned config is written from the YAML nodes: a key under a mapping that an alias or a merge key shares with
+another section is set in a copy, and the user's anchor names stay.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import yaml
 
 from lightning_perf.analysis.run_discovery import load_hparams
 from lightning_perf.trial.spec import TrialError, check_override_value
+from lightning_perf.trial.tuned_config import write_tuned
 from lightning_perf.yaml_budget import (
     BRIEF_CHARS,
     MAX_NODES,
@@ -124,3 +128,52 @@ def test_an_hparams_file_that_expands_past_the_budget_is_not_read(tmp_path):
     # unknown tags still read as plain data
     (tmp_path / "hparams.yaml").write_text("lr: 0.1\nshape: !!python/tuple [1, 2]\nobj: !custom {a: 1}\n")
     assert load_hparams(str(tmp_path)) == {"lr": 0.1, "shape": [1, 2], "obj": {"a": 1}}
+
+
+SHARED = """\
+defaults: &d {num_workers: 0, pin_memory: false}
+model:
+  class_path: m.M
+  init_args: *d
+data:
+  class_path: d.D
+  init_args: *d
+"""
+
+
+def test_the_tuned_config_changes_the_winners_key_alone_where_an_alias_shares_its_section(tmp_path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text(SHARED)
+    path, diff = write_tuned(str(config), {"data.init_args.num_workers": 4})
+    tuned = yaml.safe_load(Path(path).read_text())
+    assert tuned["data"]["init_args"] == {"num_workers": 4, "pin_memory": False}
+    assert tuned["model"]["init_args"] == tuned["defaults"] == {"num_workers": 0, "pin_memory": False}
+    text = Path(path).read_text()
+    assert (
+        "defaults: &d\n" in text and "init_args: *d\n" in text and "&id0" not in text
+    )  # the user's name kept
+    assert "# data.init_args is a copy of &d with the change; &d keeps its value" in diff
+    assert "-  init_args: *d\n" in diff and "+    num_workers: 4\n" in diff
+    assert config.read_text() == SHARED
+
+
+def test_a_merged_section_is_copied_and_a_replaced_anchor_is_said(tmp_path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        "base: &b\n  init_args: {batch_size: 4, num_workers: 0}\n"
+        "data:\n  <<: *b\n  class_path: d.D\ntrainer: {max_epochs: &epochs 1}\n"
+    )
+    path, diff = write_tuned(str(config), {"data.init_args.num_workers": 2, "trainer.max_epochs": 3})
+    tuned = yaml.safe_load(Path(path).read_text())
+    assert tuned["data"] == {"init_args": {"batch_size": 4, "num_workers": 2}, "class_path": "d.D"}
+    assert (
+        tuned["base"] == {"init_args": {"batch_size": 4, "num_workers": 0}}
+        and tuned["trainer"]["max_epochs"] == 3
+    )
+    assert "# data.init_args is a copy of the mapping merged in by <<, with the change" in diff
+    assert "base: &b\n" in Path(path).read_text()
+    # &epochs named only the value the change replaced: the diff says it is gone
+    assert (
+        "# &epochs is gone: the value it named was replaced" in diff
+        and "&epochs" not in Path(path).read_text()
+    )
