@@ -5,6 +5,7 @@ The real fits with loaders of known cost are in tests/callback/test_input_advice
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -198,6 +199,22 @@ def test_slow_storage_on_a_busy_machine_still_gets_workers_with_the_machine_firs
     findings = diagnose(busy(storage_run(0), other=1.9, queue_pct=40.0))
     assert findings[0].id == "noisy_machine" and findings[0].severity == "high"
     assert by_id(findings, "input_bound").settings_change["num_workers"] >= 2
+
+
+def test_an_in_memory_fetch_lifted_by_busy_cores_gets_no_workers_without_a_measured_hand_off():
+    """Beside busy cores a 0-worker in-memory fetch that lost its core now and then (median 0.15 ms, mean 6 ms,
+    as read beside four CPU hogs) looks like waiting; with no hand-off measured it is no reason for a worker (a CI
+    run under load was told `num_workers=1, persistent_workers=True` for in-memory data)."""
+    summary = busy(storage_run(0), other=1.9, queue_pct=40.0)
+    lifted = dataclasses.replace(summary.timing.data_wait_ms, mean=6.0, median=0.15, p90=23.0, max=140.0)
+    summary.timing = dataclasses.replace(summary.timing, data_wait_ms=lifted)
+    found = by_id(diagnose(summary), "input_bound")
+    assert "num_workers" not in found.settings_change and "persistent_workers" not in found.settings_change
+    assert "its median" in found.recommendation and "keep 0 workers" in found.recommendation
+    # the same mean on a quiet machine is the fetch's own cost: the estimate stands
+    quiet = storage_run(0)
+    quiet.timing = dataclasses.replace(quiet.timing, data_wait_ms=lifted)
+    assert workers_advised(quiet) is not None
 
 
 def test_others_on_cores_the_run_did_not_need_do_not_lead():
