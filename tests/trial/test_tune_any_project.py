@@ -3,6 +3,8 @@ at run time, the winner written in the project's own terms, every user file left
 
 Each project (tests/trial/projects/) loads 4 ms a sample (a sleep: storage that waits) in batches of 8 with 0
 workers, so workers are the fix: tune must find it, measure it faster with an interval, and say where to set it.
+How many workers win depends on the cores others leave the rounds (one beside a busy CI's other test processes, 2-8
+alone), so the tests ask for what holds at any load: at least one worker, measured faster.
 """
 
 from __future__ import annotations
@@ -95,12 +97,12 @@ def test_a_lightning_cli_subclass_with_its_classes_at_the_call_site_and_a_linked
     result = tune(project, "main.py", "fit", "--config", "config.yaml")
     if result is None:  # the machine was busy: checked in tune()
         return
-    assert workers_of(result) >= 2
+    assert workers_of(result) >= 1
     tuned = project / "config.tuned.yaml"
     assert result["in_project"]["kind"] == "lightning_cli"
     assert result["tuned_config"] == str(tuned)
     data = yaml.safe_load(tuned.read_text())
-    assert data["data"]["num_workers"] >= 2 and data["data"]["batch_size"] == 8
+    assert data["data"]["num_workers"] >= 1 and data["data"]["batch_size"] == 8
     assert data["trainer"] == yaml.safe_load((project / "config.yaml").read_text())["trainer"]
 
 
@@ -128,13 +130,13 @@ def test_tune_config_finds_a_datamodule_whose_loader_argument_is_called_workers(
     result = tune(project, entry=("--config", "classpath.yaml"))
     if result is None:  # the machine was busy: checked in tune()
         return
-    assert workers_of(result) >= 2
+    assert workers_of(result) >= 1
     assert (
         result["in_project"]["kind"] == "lightning_cli" and result["tuned_config"] == "classpath.tuned.yaml"
     )
     data = yaml.safe_load((project / "classpath.tuned.yaml").read_text())["data"]
     assert (
-        data["init_args"]["workers"] >= 2 and "num_workers" not in data["init_args"]
+        data["init_args"]["workers"] >= 1 and "num_workers" not in data["init_args"]
     )  # by the loader's value
 
 
@@ -200,11 +202,11 @@ def test_a_hydra_app_in_the_templates_layout(tmp_path):
     terms = result["in_project"]
     assert terms["kind"] == "hydra"
     override = next(o for o in terms["overrides"] if o.startswith("data.num_workers="))
-    assert int(override.split("=")[1]) >= 2
+    assert int(override.split("=")[1]) >= 1
     group_file = Path(next(f for f in terms["files"] if f.endswith("sleepy_tuned.yaml")))
     assert group_file.parent.name == "data"
     group = yaml.safe_load(group_file.read_text())
-    assert group["defaults"] == ["sleepy", "_self_"] and group["num_workers"] >= 2
+    assert group["defaults"] == ["sleepy", "_self_"] and group["num_workers"] >= 1
     # the tuned group file works as Hydra reads it: the app run with it builds a loader of that many workers
     check = lightning_perf_free_run(
         project,
@@ -248,7 +250,7 @@ def test_a_plain_script_gets_the_line_that_builds_its_dataloader(tmp_path):
     match = re.match(r"(.+):(\d+): the DataLoader built here: set num_workers=(\d+)", line)
     assert match, line
     assert Path(match[1]) == project / "train.py" and "DataLoader(" in source[int(match[2]) - 1]
-    assert int(match[3]) >= 2
+    assert int(match[3]) >= 1
 
 
 def trial(project: Path, *command: str) -> dict:
