@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
         return error(PROG, err)
     for notice in notices:  # how it ran, not what the traces say: the report is the same whatever --jobs
-        print(f"{PROG}: note: --jobs {args.jobs}: {notice}", file=sys.stderr)
+        jobs = "" if args.jobs is None else f" --jobs {args.jobs}:"  # not given: no Python None in the line
+        print(f"{PROG}: note:{jobs} {notice}", file=sys.stderr)
     bad_rank = _missing_ranks(report, args.ranks)
     if bad_rank is not None:
         return error(PROG, bad_rank)

@@ -90,7 +90,8 @@ def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> No
         handoff_main_ms=main_ms,
     )
     summary.probes["num_workers"] = dataclasses.asdict(found)
-    log.info(f"lightning-perf: num_workers probe: suggests {found.suggested}: {found.reason}")
+    said = "no value" if found.suggested is None else f"num_workers={found.suggested}"
+    log.info(f"lightning-perf: num_workers probe: suggests {said}: {found.reason}")
 
 
 def diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
