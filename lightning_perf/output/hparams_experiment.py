@@ -15,6 +15,7 @@ import glob
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -53,9 +54,12 @@ def read_values(path: str) -> dict[str, Any] | None:
     """One run's saved file (``{"values": {...}, "metrics": [...]}``, a few hundred bytes); None when missing or
     not of that form."""
     try:
-        with open(path, "rb") as fh:
-            data = msgspec.json.decode(fh.read(MAX_VALUES_BYTES))
-    except (OSError, msgspec.DecodeError) as err:
+        data = msgspec.json.decode(_read_regular(path, MAX_VALUES_BYTES))
+    except (
+        OSError,
+        msgspec.DecodeError,
+        RecursionError,
+    ) as err:  # RecursionError: nested past msgspec's limit
         log.debug("lightning-perf: skipped %s for the HParams columns: %s", path, err)
         return None
     if (
@@ -66,6 +70,17 @@ def read_values(path: str) -> dict[str, Any] | None:
         return data
     log.debug("lightning-perf: skipped %s for the HParams columns: not a values file", path)
     return None
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path``. Opened without blocking and checked once open: the
+    file lies in a sibling run's folder, and a FIFO there would hang the end of this fit (and a Perf tab request)
+    until a writer came."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return fh.read(limit)
 
 
 def write_experiment(root_dir: str, metric_names: Mapping[str, tuple[str, str]]) -> str | None:

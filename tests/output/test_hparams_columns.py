@@ -86,3 +86,34 @@ def test_default_columns_alone():
     many = {f"h{i}": i for i in range(7)}
     assert default_columns([{}, many]) == set(many)  # more than five differ: those, no speed setting
     assert SHOWN_COLUMNS == 5
+
+
+def test_a_fifo_or_a_deeply_nested_values_file_of_another_run_neither_hangs_nor_fails_the_end_of_a_fit(
+    tmp_path,
+):
+    """The end of a fit reads every sibling run's ``perf_hparams.json``: one that is a FIFO blocked it (an open
+    waits for a writer) and one nested 100,000 deep raised RecursionError out of ``fit``."""
+    import os
+    import threading
+
+    from lightning_perf.output.hparams_experiment import VALUES_FILENAME, runs_values
+
+    root = tmp_path / "lightning_logs"
+    for name in ("version_90", "version_91"):
+        (root / name).mkdir(parents=True)
+    os.mkfifo(root / "version_90" / VALUES_FILENAME)
+    (root / "version_91" / VALUES_FILENAME).write_text("[" * 100_000 + "]" * 100_000)
+    done: list[object] = []
+
+    def fit() -> None:
+        callback = PerfCallback(enable_profiler=False, probe_num_workers="never", diagnose=False)
+        trainer(tmp_path, [callback], logger=TensorBoardLogger(str(tmp_path)), limit_train_batches=4).fit(
+            ModelWithLr(0.01), loader(n=16)
+        )
+        done.append(runs_values(str(root)))
+
+    thread = threading.Thread(target=fit, daemon=True)
+    thread.start()
+    thread.join(120)  # a guard against the hang only: a fit of 4 batches takes seconds
+    assert not thread.is_alive(), "the end of the fit hung on the FIFO"
+    assert done and len(done[0]) == 1  # the fit's own values, the two bad files skipped
