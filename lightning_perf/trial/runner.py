@@ -5,7 +5,8 @@ lines on stdout for the parent (``pace K N`` and ``progress K N``, ``disturbed T
 MESSAGE``); all its other output goes to a log file only.
 The worker runs in its own process group with its DataLoader workers, and every way the parent leaves a round
 ends that group: the round's end, its time limit, an exception, SIGINT, SIGTERM and SIGHUP (handlers installed
-for the round, the previous ones restored after; SIGTERM and SIGHUP then end the parent with 128 + the signal).
+for the round, the previous ones restored after; SIGTERM and SIGHUP then end the parent with 128 + the signal:
+:mod:`lightning_perf.trial.round_signals`).
 Without ``--timeout-s`` a round is stopped at a limit derived from the measured pace (:class:`RoundLimits`).
 Pure standard library: the parent never imports Lightning.
 """
@@ -13,19 +14,20 @@ Pure standard library: the parent never imports Lightning.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import math
 import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
+
+from lightning_perf.trial.round_signals import Terminated as Terminated  # what the CLI catches
+from lightning_perf.trial.round_signals import group_ended_on_signals, kill_group
 
 if TYPE_CHECKING:
     from lightning_perf.analysis.summary import RunSummary
@@ -47,8 +49,6 @@ ROUND_TIMEOUT_FLOOR_S = 120.0
 STARTUP_TIMEOUT_S = 1800.0
 # the worker dies with the parent that started it (Linux): the parent's pid, checked by the worker
 PARENT_ENV = "LIGHTNING_PERF_TRIAL_PARENT"
-# the signals that end a round's process group before the parent goes
-ENDING_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 def protocol_line(kind: str, text: str = "") -> str:
@@ -81,15 +81,6 @@ def _compact_parser_error(text: str) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
-
-
-class Terminated(SystemExit):
-    """SIGTERM or SIGHUP reached the parent during a round: the worker's process group was killed first; the
-    parent exits with 128 + the signal (143 for SIGTERM), as a shell reports a process ended by it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(128 + signum)
-        self.signum = signum
 
 
 @dataclass
@@ -222,8 +213,7 @@ def run_worker(
     posix = os.name == "posix"
     env = {**(env if env is not None else os.environ), PARENT_ENV: str(os.getpid())}
     started = time.monotonic()
-    running: list[subprocess.Popen[str]] = []
-    with open(log_path, "w", encoding="utf-8") as log, _group_ended_on_signals(running):
+    with open(log_path, "w", encoding="utf-8") as log, group_ended_on_signals() as guard:
         proc = subprocess.Popen(
             list(command),
             stdin=subprocess.PIPE,
@@ -235,7 +225,7 @@ def run_worker(
             env=env,
             start_new_session=posix,  # its own process group: a kill reaches its DataLoader workers too
         )
-        running.append(proc)
+        guard.started(proc)  # a signal held while it started acts now
         lines: queue.Queue[str | None] = queue.Queue()
         reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
         reader.start()
@@ -262,7 +252,7 @@ def run_worker(
                         break
                     if _exited(proc) and not stragglers_killed:
                         # the worker is gone but a child of it still holds the pipe open: end it too
-                        _kill(proc, posix)
+                        kill_group(proc, posix)
                         stragglers_killed = True
                     continue
                 if line is None:
@@ -289,7 +279,7 @@ def run_worker(
             if report.stopped is None:
                 _wait_exited(proc)  # its output is closed: it is ending, let it
         finally:
-            _kill(proc, posix)  # the round is over: whatever is left of its process group goes with it
+            kill_group(proc, posix)  # the round is over: whatever is left of its process group goes with it
         returncode = proc.wait()
         reader.join(KILL_WAIT_S)
     report.wall_s = time.monotonic() - started
@@ -325,44 +315,6 @@ def _set_limit(
     return limit_s, why
 
 
-@contextlib.contextmanager
-def _group_ended_on_signals(running: list[subprocess.Popen[str]]) -> Iterator[None]:
-    """While a round runs: SIGINT, SIGTERM and SIGHUP kill the worker's process group first, then do what they
-    did before (SIGINT: KeyboardInterrupt; a Python handler: called), else end the parent (:class:`Terminated`).
-    Signals the parent ignores (``nohup``) stay ignored; outside the main thread nothing is installed."""
-    if os.name != "posix" or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous: dict[int, Any] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        for proc in running:
-            _kill(proc, True)
-        old = previous.get(signum)
-        if callable(old):
-            old(signum, frame)
-            return
-        name = signal.Signals(signum).name
-        with contextlib.suppress(OSError, ValueError):
-            print(
-                f"lightning-perf: {name}: the running worker and its processes were stopped", file=sys.stderr
-            )
-        raise Terminated(signum)
-
-    for name in ENDING_SIGNALS:
-        signum = getattr(signal, name, None)
-        old = signal.getsignal(signum) if signum is not None else None
-        if signum is None or old is None or old == signal.SIG_IGN:
-            continue  # ignored (nohup) or set outside Python: left alone
-        previous[signum] = old
-        signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
 def _pump(stream: IO[str] | None, lines: queue.Queue[str | None]) -> None:
     try:
         if stream is not None:
@@ -389,18 +341,6 @@ def _wait_exited(proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + KILL_WAIT_S
     while not _exited(proc) and time.monotonic() < deadline:
         time.sleep(0.02)
-
-
-def _kill(proc: subprocess.Popen[str], posix: bool) -> None:
-    if proc.returncode is not None:
-        return  # reaped: its number may be another process's now
-    try:
-        if posix:
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
 
 
 def _describe_returncode(code: int) -> str:
