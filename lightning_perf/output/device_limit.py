@@ -13,6 +13,7 @@ from typing import Any
 from lightning_perf import console
 from lightning_perf.analysis import metrics
 from lightning_perf.analysis.compute.limit import compute_limit, run_dtype
+from lightning_perf.analysis.rules.helpers import others_busy
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.steps.step_clock import STEP_TIME_MS
@@ -37,7 +38,9 @@ def attach(trainer: Any, session: PerfSession, summary: RunSummary) -> None:
         # the devices its timing knows how to wait for (CUDA's synchronize)
         measurable = dtype is not None and device.type in ("cpu", "cuda")
         if step.flops > 0 and summary.status == "finished" and measurable and trainer.is_global_zero:
-            peak = device_peak.peak(device, dtype)
+            # a run that had the machine to itself measures again a peak cached as taken beside others' work
+            quiet = summary.machine is not None and not others_busy(summary)
+            peak = device_peak.peak(device, dtype, quiet_run=quiet)
         step_ms = summary.timing.step_time_ms
         summary.compute_limit = compute_limit(step, peak, step_ms.mean if step_ms else None)
         summary.compute_limit.peak_seconds = 0.0 if peak is None or peak.cached else perf_counter() - started
@@ -49,9 +52,11 @@ def attach(trainer: Any, session: PerfSession, summary: RunSummary) -> None:
 
 def log_mfu_series(trainer: Any, session: PerfSession, summary: RunSummary) -> int:
     """``perf_compute/mfu_pct`` at every point of the run's step series (TensorBoard, rank zero); the points
-    written. Never raises."""
+    written. None where the run's MFU was not computed (the peak is wrong), nor any point above 100%: a step
+    cannot outrun the device, so such a point measures the peak's error. Never raises."""
     limit = summary.compute_limit
-    peak = limit.peak.measured_flops_per_s if limit is not None and limit.peak is not None else None
+    measured = limit.peak if limit is not None and limit.mfu_pct is not None else None
+    peak = measured.measured_flops_per_s if measured is not None else None
     logger = loggers.tensorboard_logger(trainer)
     if not peak or logger is None or not trainer.is_global_zero:
         return 0
@@ -61,6 +66,8 @@ def log_mfu_series(trainer: Any, session: PerfSession, summary: RunSummary) -> i
             step_ms = point.logged.get(STEP_TIME_MS) if point.logged is not None else point.step_ms
             if step_ms:
                 mfu = limit.step.flops / (step_ms / 1e3) / peak * 100.0
+                if mfu > 100.0:
+                    continue
                 logger.experiment.add_scalar(metrics.MFU.tag, mfu, global_step=point.step)
                 written += 1
         logger.experiment.flush()

@@ -5,10 +5,16 @@ What this device reaches now, on a CPU as on a GPU, for the MFU of ``compute_lim
 for at most ``BUDGET_S`` in all; the rate is over the timed calls' total time, as the MFU is over the mean step.
 On CUDA every timed call ends in a synchronize. Kept per device and dtype in this process and in
 ``$XDG_CACHE_HOME/lightning-perf/peaks.json`` (``~/.cache`` without it) for ``CACHE_DAYS``, so most fits
-pay nothing; a CPU's entry is also keyed by torch's thread count, which sets what its matmul reaches."""
+pay nothing; a CPU's entry is also keyed by torch's thread count, which sets what its matmul reaches.
+
+A peak timed while other processes held a noisy share of the cores (``NOISY_OTHER_CPU_SHARE``, the noisy-machine
+rule's line; read over the timed matmuls as :class:`MachineWatch` reads a run) is what the matmul got beside
+them, not the machine's peak: it is kept marked ``busy``, and the next fit whose own run was quiet measures again
+(a quiet figure replaces it; of two busy ones the faster is kept, a busy machine only slows a matmul down)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -20,7 +26,10 @@ import torch
 from lightning_perf import console
 from lightning_perf.analysis.compute.datasheet_peaks import lookup
 from lightning_perf.analysis.compute.limit import DevicePeak
+from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.rules.thresholds import NOISY_OTHER_CPU_SHARE
 from lightning_perf.atomic_file import atomic_open
+from lightning_perf.collect.sampling.machine_state import MachineWatch
 
 log = console.logger(__name__)
 
@@ -63,8 +72,9 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def peak(device: torch.device, dtype: str) -> DevicePeak:
-    """The measured peak of ``device`` for ``dtype`` (a :data:`DTYPES` key), from the caches when there."""
+def peak(device: torch.device, dtype: str, quiet_run: bool = False) -> DevicePeak:
+    """The measured peak of ``device`` for ``dtype`` (a :data:`DTYPES` key), from the caches when there; measured
+    again where the one there is ``busy`` and ``quiet_run`` (the run asking had the machine to itself)."""
     name = device_name(device)
     key = f"{name}|{dtype}|torch {torch.__version__}"
     if device.type == "cpu":
@@ -72,25 +82,43 @@ def peak(device: torch.device, dtype: str) -> DevicePeak:
     elif dtype == "tf32" or dtype == "fp32":  # what float32 matmuls run on is a process-wide setting
         key += f"|{torch.get_float32_matmul_precision()}"
     found = _MEMO.get(key) or _read_cache(key)
-    if found is not None:
-        result = DevicePeak(**{**found.__dict__, "cached": True, "device": str(device)})
-    else:
-        flops_per_s, size = measure(device, DTYPES[dtype])
-        result = DevicePeak(
-            device=str(device),
-            device_name=name,
-            dtype=dtype,
-            measured_flops_per_s=flops_per_s,
-            measured_size=size,
-            measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        )
+    fresh = _measured(device, dtype, name) if found is None or (found.busy and quiet_run) else None
+    if fresh is not None and (found is None or not fresh.busy or _rate(fresh) > _rate(found)):
+        result = fresh
         _write_cache(key, result)
+    else:
+        assert found is not None
+        result = dataclasses.replace(found, cached=True, device=str(device))
     _MEMO[key] = result
     sheet = lookup(name, dtype) if device.type == "cuda" else None
     if sheet is not None:
         result.datasheet_device, result.datasheet_source = sheet[0].name, sheet[0].source
         result.datasheet_flops_per_s = sheet[1]
     return result
+
+
+def _measured(device: torch.device, dtype: str, name: str) -> DevicePeak:
+    """A new measurement, with what other processes used of the cores meanwhile."""
+    watch = MachineWatch()
+    flops_per_s, size = measure(device, DTYPES[dtype])
+    machine = watch.finish()
+    others = finite(machine.other_cores) if machine is not None else None
+    cores = machine.cpu_count if machine is not None else None
+    return DevicePeak(
+        device=str(device),
+        device_name=name,
+        dtype=dtype,
+        measured_flops_per_s=flops_per_s,
+        measured_size=size,
+        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        others_cores=others,
+        cpu_count=cores,
+        busy=others is not None and bool(cores) and others >= NOISY_OTHER_CPU_SHARE * (cores or 0),
+    )
+
+
+def _rate(found: DevicePeak) -> float:
+    return found.measured_flops_per_s or 0.0
 
 
 def measure(device: torch.device, dtype: torch.dtype, budget_s: float | None = None) -> tuple[float, int]:
@@ -142,12 +170,23 @@ def _read_cache(key: str) -> DevicePeak | None:
         age = datetime.datetime.now(datetime.timezone.utc) - measured
         if age > datetime.timedelta(days=CACHE_DAYS) or not entry["measured_flops_per_s"] > 0:
             return None
-        return DevicePeak(**{k: entry[k] for k in _CACHED})
+        # an entry of an earlier version has no busy mark: read as it was taken, quiet
+        return DevicePeak(**{k: entry[k] for k in _CACHED if k in entry})
     except Exception:  # no cache yet, or one this version cannot read: measure
         return None
 
 
-_CACHED = ("device", "device_name", "dtype", "measured_flops_per_s", "measured_size", "measured_at")
+_CACHED = (
+    "device",
+    "device_name",
+    "dtype",
+    "measured_flops_per_s",
+    "measured_size",
+    "measured_at",
+    "others_cores",
+    "cpu_count",
+    "busy",
+)
 
 
 def _write_cache(key: str, result: DevicePeak) -> None:

@@ -56,6 +56,11 @@ class DevicePeak:
     measured_size: int | None = None  # the square matmul timed (n x n by n x n)
     cached: bool = False  # read from the cache of an earlier measurement (per device and dtype)
     measured_at: str | None = None
+    # cores other processes used while the matmuls were timed (of ``cpu_count``): with a noisy share of them
+    # (``busy``) the figure is what the matmul got beside them, below the machine's peak
+    others_cores: float | None = None
+    cpu_count: int | None = None
+    busy: bool = False
     datasheet_flops_per_s: float | None = None
     datasheet_device: str | None = None  # the datasheet's name for the device (e.g. "H100 SXM")
     datasheet_source: str | None = None  # the datasheet's address
@@ -71,6 +76,9 @@ class ComputeLimit:
     achieved_flops_per_s: float | None = None
     mfu_pct: float | None = None  # against the measured peak
     datasheet_mfu_pct: float | None = None
+    # why there is no ``mfu_pct`` though a rate was achieved against a measured peak: it came out above 100%,
+    # so the peak (or the step's FLOP count) is wrong
+    mfu_not_computed: str | None = None
     # seconds the end of fit spent on the peak (0 when cached)
     peak_seconds: float = 0.0
 
@@ -97,14 +105,39 @@ def compute_limit(step: StepFlops, peak: DevicePeak | None, step_time_ms: float 
         return result
     achieved = step.flops / (result.step_time_ms / 1e3)
     result.achieved_flops_per_s = achieved
-    if peak is not None:
-        result.mfu_pct = _pct(achieved, peak.measured_flops_per_s)
-        result.datasheet_mfu_pct = _pct(achieved, peak.datasheet_flops_per_s)
+    if peak is None:
+        return result
+    mfu = _pct(achieved, peak.measured_flops_per_s)
+    if mfu is not None and mfu > 100.0:  # no step outruns the device: the figure would be the peak's error
+        result.mfu_not_computed = _over_the_peak(result, peak)
+    else:
+        result.mfu_pct = mfu
+    datasheet = _pct(achieved, peak.datasheet_flops_per_s)
+    # above the datasheet's peak only a wrong FLOP count can be: no figure
+    result.datasheet_mfu_pct = datasheet if datasheet is not None and datasheet <= 100.0 else None
     return result
 
 
 def _pct(achieved: float, peak: float | None) -> float | None:
     return achieved / peak * 100.0 if peak else None
+
+
+def _over_the_peak(limit: ComputeLimit, peak: DevicePeak) -> str:
+    """Why the MFU is not given when the step's rate exceeds the measured peak, in the measured figures."""
+    measured = f"{flops_text(peak.measured_flops_per_s or 0.0)}/s"
+    if peak.busy:
+        held = f" ({_others_text(peak)})" if peak.others_cores is not None else ""
+        return f"the measured peak {measured} was taken while other processes held the cores{held}; MFU not computed"
+    count = "flops_per_batch" if limit.step.source == "user" else "the step's FLOP count"
+    return (
+        f"the step's {flops_text(limit.achieved_flops_per_s or 0.0)}/s exceed the measured peak {measured} "
+        f"{peak.dtype} matmul: the peak, or {count}, is wrong; MFU not computed"
+    )
+
+
+def _others_text(peak: DevicePeak) -> str:
+    of = f" of {peak.cpu_count}" if peak.cpu_count else ""
+    return f"they used {peak.others_cores or 0.0:.1f}{of} cores"
 
 
 def flops_text(value: float) -> str:
@@ -128,6 +161,8 @@ def mfu_line(limit: ComputeLimit) -> str | None:
         return None
     given = " (flops_per_batch)" if step.source == "user" else ""
     line = f"{flops_text(step.flops)} a step{given} at {flops_text(achieved)}/s"
+    if limit.mfu_not_computed is not None:
+        return line + f" ({limit.mfu_not_computed})"
     if peak is None or limit.mfu_pct is None:
         return line + " (the device's peak was not measured)"
     where = "this CPU" if peak.device == "cpu" else peak.device_name
@@ -135,6 +170,8 @@ def mfu_line(limit: ComputeLimit) -> str | None:
         f": {pct_text(limit.mfu_pct)}% of {where}'s measured {flops_text(peak.measured_flops_per_s or 0.0)}/s "
         f"{peak.dtype} matmul"
     )
+    if peak.busy and peak.others_cores is not None:  # a peak beside others' work: the MFU reads high
+        line += f" (measured while other processes held the cores: {_others_text(peak)})"
     if limit.datasheet_mfu_pct is not None and peak.datasheet_flops_per_s:
         line += (
             f", {pct_text(limit.datasheet_mfu_pct)}% of the {peak.datasheet_device} datasheet's "
