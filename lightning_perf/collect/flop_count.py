@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 log = console.logger(__name__)
 
 # 0-based: the fit's first training batch. It is no step of the figures anyway (the epoch's first fetch is
-# start-up, collect.steps.step_clock), so the mode's Python dispatch slows no timed step and no step is dropped.
+# start-up, collect.steps.step_clock), so the mode's Python dispatch slows no timed step and no step is lost; where
+# the batch hooks time the steps (collect.steps.fetch_timing.HookTiming) it is dropped (batch_ended).
 COUNTED_BATCH = 0
 _GLOBAL = "Global"  # FlopCounterMode's key for the whole step
 COMPILED = (
@@ -87,6 +88,9 @@ class FlopCount:
         if mode is None:
             return False
         mode.__exit__(None, None, None)
+        # the mode's Python dispatch slowed the batch: no step of the figures, nor of the anatomy (already none
+        # where it is the epoch's first fetch; a step where the batch hooks time the steps)
+        self._session.clock.drop_open()
         try:
             self._session.flops = _figures(mode, self._calls, self._module, self._batch)
         except Exception as err:  # never fail the fit over a count

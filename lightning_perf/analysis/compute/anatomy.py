@@ -188,8 +188,9 @@ def anatomy(
     callback_kinds: dict[str, str],
 ) -> StepAnatomy | None:
     """The mean step of ``batches`` batches whose spans took ``seconds`` (self seconds per span name, summed),
-    against the step clock's mean step ``step_ms`` and DataLoader wait. The loop's part is what the spans leave
-    of the step (never below 0: spans of a batch the clock left out can exceed it)."""
+    against the step clock's mean step ``step_ms`` and DataLoader wait: the batches are the steps the clock timed
+    (the hook profiler keeps no other), so the parts add up to the step. The loop's part is what the spans leave
+    of the step (never below 0, should the spans and the clock's boundaries ever disagree)."""
     if batches <= 0 or step_ms <= 0:
         return None
     parts = dict.fromkeys(PARTS, 0.0)

@@ -3,15 +3,23 @@
 Lightning asks ``trainer.profiler`` to time every hook it calls, by name
 (``with trainer.profiler.profile("[Callback]ModelCheckpoint.on_train_batch_end"): ...``). During a fit the
 callback puts a :class:`HookProfiler` in its place: it keeps the self time of each name (its time less the
-names inside it) and hands ``start``/``stop`` on to the user's own profiler, which keeps its report. With
-Lightning's default ``PassThroughProfiler`` it costs less than that one does (0.90 against 1.16 us a hook here,
-benchmarks/bench_hook_profiler.py: a class with ``__enter__``/``__exit__`` instead of a generator context
-manager), so timing every hook makes a step cheaper, not dearer. The loggers' ``log_metrics``/``save`` are
-timed the same way, by a wrapper on each logger instance, removed after the fit.
+names inside it) and hands every call on to the user's own profiler as Lightning would make it: its
+``profile()`` where its class overrides Lightning's, its ``start``/``stop`` otherwise (which is all Lightning's
+``Profiler.profile`` does), so the user's profiler keeps its report. It passes ``isinstance`` for the user's
+profiler's class, and ``with trainer.profiler.profile(name) as got`` binds what the user's profiler binds. Each
+``with`` closes its own entry: a ``start()`` left open by the user's code (harmless with Lightning's default
+profiler) neither closes a hook's entry nor stays in the way. With Lightning's default ``PassThroughProfiler``
+it costs less than that one does (0.89 against 1.07 us a hook here, benchmarks/bench_hook_profiler.py: a class
+with ``__enter__``/``__exit__`` instead of a generator context manager), so timing every hook makes a step
+cheaper, not dearer. The loggers' ``log_metrics``/``save`` are timed the same way, by a wrapper on each logger
+instance, removed after the fit; the user's profiler never sees those (Lightning does not time them).
 
 Per batch the names' seconds go to a dict of their own; the step clock's boundaries rotate it
-(:meth:`next_batch`), a batch the clock leaves out (a compilation, the FLOP count) is marked, and the batches
-are sorted and summed at each logging window, off the step's clock.
+(:meth:`next_batch`), and the step clock marks every batch it does not time as a step (the epoch's first
+fetch, a compilation, the FLOP count: :meth:`drop_batch`) and stops the batch where it stops the step (an
+interrupt: validation, a checkpoint, the epoch end: :meth:`interrupted`), so the anatomy covers the steps the
+step clock timed and nothing else. The batches are sorted and summed at each logging window, off the step's
+clock.
 """
 
 from __future__ import annotations
@@ -24,25 +32,45 @@ from typing import Any
 import torch
 
 from lightning_perf.analysis.compute import anatomy
-from lightning_perf.collect.namespaces import is_instance
+from lightning_perf.collect.namespaces import is_instance, loaded_types
 from lightning_perf.collect.profiling.module_spans import ModuleSpans, recording_switch
 
 _enter_span = torch.ops.profiler._record_function_enter_new
 _exit_span = torch.ops.profiler._record_function_exit
 _DROPPED = "lightning_perf: dropped"  # the mark of a batch left out (no hook is named so)
+# the trace-span slot of an entry that start() pushed: it has no span, and no `with` closes it
+_STARTED: Any = object()
+_OURS: Any = object()  # the context slot of an entry of ours (a logger's write): nothing to hand on
+# a start() left open ends with the `with` around it; of those with none around (another thread's), the oldest
+# ends past this many, so the stack stays short however long the fit
+MAX_OPEN_STARTS = 32
+
+
+def _overrides_profile(profiler: Any) -> bool:
+    """True when ``profiler``'s class has a ``profile()`` of its own, not Lightning's start/yield/stop."""
+    own = getattr(type(profiler), "profile", None)
+    bases = loaded_types("profilers", "Profiler")
+    return own is not None and all(own is not getattr(base, "profile", None) for base in bases)
 
 
 class HookProfiler:
-    """A stand-in for ``trainer.profiler`` that times every named hook; see the module docstring."""
+    """A stand-in for ``trainer.profiler`` that times every named hook; see the module docstring.
+
+    An entry of the stack is ``[name, start, seconds of the names inside, trace span, context]``: the context is
+    the one the user's ``profile()`` returned, where it runs."""
 
     def __init__(self, inner: Any, callback_kinds: dict[str, str]) -> None:
         self.inner = inner
-        # with Lightning's default profiler there is nothing to hand on
-        self._hand_on = not is_instance(inner, "profilers", "PassThroughProfiler")
+        # with Lightning's default profiler there is nothing to hand on (a subclass of it may have something)
+        self._hand_on = type(inner) not in loaded_types("profilers", "PassThroughProfiler")
+        # the user's profiler's own profile(), where its class has one: each hook goes through it
+        self._inner_profile: Any = inner.profile if self._hand_on and _overrides_profile(inner) else None
         self.callback_kinds = callback_kinds
-        self._stack: list[list[Any]] = []  # [name, start, seconds of the names inside]
+        self._stack: list[list[Any]] = []
+        self._started: dict[str, list[Any]] = {}  # the entries start() pushed that are still open, by name
         self._name = ""
-        self._current: dict[str, float] = {}
+        self._current: dict[str, float] = {_DROPPED: 1.0}  # what runs before the first batch is no step
+        self._closed: dict[str, float] = {}  # the batch that ended last, for the step clock's drop_closed
         self._batches: list[dict[str, float]] = []  # the batches since the last window, kept or not
         self.window_seconds: dict[str, float] = {}  # summed by take_window
         self.total_seconds: dict[str, float] = {}
@@ -52,43 +80,111 @@ class HookProfiler:
             False  # a profiler runs: each hook is also a span of the trace, as Lightning names it
         )
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        # isinstance(trainer.profiler, <the user's profiler's class>) holds during the fit, as it does for a
+        # unittest.mock spec: isinstance falls back on __class__ (type() still says HookProfiler)
+        return type(self.inner)
+
     # -- Lightning's Profiler interface -------------------------------------------------------------------
 
     def profile(self, action_name: str) -> HookProfiler:
         self._name = action_name  # __enter__ follows at once: Lightning runs one hook at a time
         return self
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> Any:
         name = self._name
         if self._hand_on:
+            # the user's profiler first: where it raises, Lightning's would have raised before the hook ran
+            if self._inner_profile is not None:
+                return self._enter_users_profile(name)
             self.inner.start(name)
-        span = _enter_span(name, None) if self.recording else None
-        self._stack.append([name, perf_counter(), 0.0, span])
+        self._stack.append(
+            [name, perf_counter(), 0.0, _enter_span(name, None) if self.recording else None, None]
+        )
+        return name  # what Lightning's Profiler.profile binds
 
-    def __exit__(self, *exc: object) -> None:
-        name, started, inside, span = self._stack.pop()
+    def _enter_users_profile(self, name: str) -> Any:
+        context = self._inner_profile(name)
+        bound = context.__enter__()
+        span = _enter_span(name, None) if self.recording else None
+        self._stack.append([name, perf_counter(), 0.0, span, context])
+        return bound
+
+    def __exit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> Any:
+        stack = self._stack
+        try:
+            entry = stack.pop()
+        except IndexError:  # no entry of this `with` (never seen): nothing to close, nothing to hand on
+            return None
+        name, started, inside, span, context = entry
         took = perf_counter() - started
         if span is not None:
+            if span is _STARTED:  # start()s left open inside this `with`: they end with it, then it ends
+                stack.append(entry)
+                while stack and stack[-1][3] is _STARTED:
+                    self._unstart(len(stack) - 1)
+                return self.__exit__(exc_type, exc, tb)
             _exit_span(span)
         current = self._current
         current[name] = current.get(name, 0.0) + took - inside
-        if self._stack:
-            self._stack[-1][2] += took
+        if stack:
+            stack[-1][2] += took
         if self._hand_on:
-            self.inner.stop(name)
+            if context is None:
+                self.inner.stop(name)
+            elif context is not _OURS:
+                return context.__exit__(exc_type, exc, tb)  # True where the user's profile() swallows exc
+        return None
 
     def start(self, action_name: str) -> None:
         # Lightning's start/stop pairs: the fetch and the manual optimizer step. No span of the trace for them:
         # one around the DataLoader's own would hide it from torch-tb-profiler's DataLoader share
         if self._hand_on:
             self.inner.start(action_name)
-        self._stack.append([action_name, perf_counter(), 0.0, None])
+        started = self._started
+        if started:  # the same name started again without a stop, or too many left open: the old one ends
+            old = started.get(action_name)
+            if old is not None or len(started) >= MAX_OPEN_STARTS:
+                self._unstart(self._index_of(old if old is not None else next(iter(started.values()))))
+        entry = [action_name, perf_counter(), 0.0, _STARTED, None]
+        started[action_name] = entry
+        self._stack.append(entry)
 
     def stop(self, action_name: str) -> None:
-        if self._stack and self._stack[-1][0] == action_name:
-            self.__exit__()
-        elif self._hand_on:
+        entry = self._started.pop(action_name, None)
+        if entry is not None:
+            stack = self._stack
+            if stack[-1] is entry:  # Lightning's pairs: what opened inside has closed
+                stack.pop()
+                took = perf_counter() - entry[1]
+                current = self._current
+                current[action_name] = current.get(action_name, 0.0) + took - entry[2]
+                if stack:
+                    stack[-1][2] += took
+            else:  # stopped inside a `with` opened after it: it crosses that one, and ends as a left-open one
+                self._unstart(self._index_of(entry))
+        if self._hand_on:
             self.inner.stop(action_name)
+
+    def _unstart(self, index: int) -> None:
+        """End the start()ed entry at ``index`` as no span: it was left open past the ``with`` around it (or
+        crosses one). Its own time stays with the entry below it, as if it had never started; the time of what
+        closed inside it counts as inside that entry. Its name keeps no time, but its hooks keep theirs."""
+        stack = self._stack
+        entry = stack.pop(index)
+        if index > 0:
+            stack[index - 1][2] += entry[2]
+        name = entry[0]
+        if self._started.get(name) is entry:
+            del self._started[name]
+
+    def _index_of(self, entry: list[Any]) -> int:
+        stack = self._stack
+        index = len(stack) - 1
+        while stack[index] is not entry:  # every open start()ed entry is on the stack
+            index -= 1
+        return index
 
     def __getattr__(self, name: str) -> Any:
         # everything else (describe, summary, setup, teardown, dirpath, ...) is the user's profiler's
@@ -103,10 +199,24 @@ class HookProfiler:
         if current:
             self._batches.append(current)
             self._current = {}
+            self._closed = current
+        else:
+            self._closed = {}  # nothing ran in it: nothing of it to drop
 
     def drop_batch(self) -> None:
-        """The open step is left out of the figures (it compiled, or its FLOPs were counted)."""
+        """The open batch is no step of the step clock's (the epoch's first fetch, a compilation, the FLOP count)."""
         self._current[_DROPPED] = 1.0
+
+    def drop_closed(self) -> None:
+        """The batch that ended last was no step after all (the step clock closed it with no time)."""
+        self._closed[_DROPPED] = 1.0
+
+    def interrupted(self) -> None:
+        """The step clock ended the step here (validation, a checkpoint, the epoch's end): what runs until the
+        next batch boundary is no step's."""
+        if _DROPPED not in self._current:
+            self.next_batch()
+            self._current = {_DROPPED: 1.0}
 
     def exclude(self, seconds: float) -> None:
         """The callback's own work inside the open step, left out of the step's time."""
@@ -115,9 +225,9 @@ class HookProfiler:
 
     def take_window(self) -> tuple[dict[str, float], int]:
         """The seconds per name of the batches kept since the last call, and how many batches they are."""
-        # a batch whose step was left out is dropped; what ran between the last batch of an epoch (or the fit's
-        # start) and the next fetch is no batch either: it ran no training batch
-        kept = [b for b in self._batches if _DROPPED not in b and anatomy.RUN_TRAINING_BATCH in b]
+        # a batch the step clock timed no step of is dropped, and so is what ran after a step's end until the next
+        # batch (validation, the epoch's end) and before the fit's first batch
+        kept = [b for b in self._batches if _DROPPED not in b]
         self._batches = []
         seconds: dict[str, float] = {}
         for batch in kept:
@@ -145,8 +255,9 @@ class HookProfiler:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if self.suspended:
                 return original(*args, **kwargs)
-            self._name = name
-            self.__enter__()
+            # not handed on: Lightning does not time the loggers, so the user's profiler never sees these names
+            span = _enter_span(name, None) if self.recording else None
+            self._stack.append([name, perf_counter(), 0.0, span, _OURS])
             try:
                 return original(*args, **kwargs)
             finally:

@@ -10,7 +10,11 @@ The callback feeds it timestamps (``time.perf_counter()`` seconds) taken around 
 * ``interrupt(t, kind)`` – validation, a checkpoint or the epoch end begins: the open step ends here and the
   time until the next fetch is charged to ``kind``, not to a step.
 * ``exclude(seconds)`` – the callback's own work inside a step (e.g. logging a window) is left out of it.
-* ``drop_open()`` – the open step is left out entirely (a ``torch.compile`` compilation ran in it).
+* ``drop_open()`` – the open step is left out entirely (a ``torch.compile`` compilation ran in it, or its FLOPs
+  were counted).
+
+The hook profiler of the step's anatomy (``hooks``) is told of every batch that is no step here (the epoch's
+first, a dropped one) and of every interrupt, so the anatomy's batches are the steps timed here.
 
 The first fetch of every epoch (iterator creation, worker start-up) is reported apart as
 ``epoch_start_ms`` and that batch is left out of the per-step figures, except in a loop whose epochs are one
@@ -56,11 +60,16 @@ EPOCH_START_MS = metrics.EPOCH_START.tag
 
 
 class HookSpans(Protocol):
-    """What the step clock tells the hook profiler (collect.steps.hook_profiler)."""
+    """What the step clock tells the hook profiler (collect.steps.hook_profiler), so that the step's anatomy
+    covers the steps this clock timed and nothing else."""
 
     def exclude(self, seconds: float) -> None: ...
 
     def drop_batch(self) -> None: ...
+
+    def drop_closed(self) -> None: ...
+
+    def interrupted(self) -> None: ...
 
 
 class StepClock:
@@ -148,6 +157,8 @@ class StepClock:
                 self._open_start = t_end - start_s
                 self._open_wait = start_s
                 self._open_samples = -1 if samples is None else samples
+            elif self.hooks is not None:  # nor in the anatomy (the fit's first is also the FLOP count's)
+                self.hooks.drop_batch()
             return False  # otherwise the epoch's first batch is not a representative step
         return True
 
@@ -160,6 +171,8 @@ class StepClock:
         """Close the open step at ``t``; charge the time until the next step to ``kind``."""
         if self.gpu is not None:
             self.gpu.interrupt()
+        if self.hooks is not None:  # what runs from here to the next fetch is no step's, in the anatomy too
+            self.hooks.interrupted()
         self._settle_gap(t)
         if self._open_start is not None:
             self._close(t)
@@ -178,7 +191,8 @@ class StepClock:
                 self.hooks.exclude(seconds)
 
     def drop_open(self) -> bool:
-        """Leave the open step out of the figures (it compiled: collect.compile_events); False if none is open."""
+        """Leave the open step out of the figures (it compiled: collect.compile_events; its FLOPs were counted:
+        collect.flop_count); False if none is open."""
         dropped, self._open_start = self._open_start is not None, None
         if self.hooks is not None:
             self.hooks.drop_batch()
@@ -293,6 +307,8 @@ class StepClock:
             self._wait_ms.append((wait_s if wait_s < step_s else step_s) * 1e3)
             self._samples.append(self._open_samples)
             self.window_steps += 1
+        elif self.hooks is not None:  # no step: nor in the anatomy
+            self.hooks.drop_closed()
 
     def _settle_gap(self, t: float) -> None:
         if self._gap_kind is not None:
