@@ -2,8 +2,9 @@
 
 Lightning wraps every hook it calls in ``trainer.profiler.profile(name)``. During a fit PerfCallback puts its
 :class:`~lightning_perf.collect.steps.hook_profiler.HookProfiler` there (issue 43). Both are timed here in one
-process, interleaved round by round, on an empty hook body and on a hook nested in another (the stand-in keeps
-self time), and the batch rotation the step clock calls once a batch.
+process, interleaved round by round, on an empty hook body, on a hook nested in another (the stand-in keeps
+self time) and on a start/stop pair (Lightning times the fetch so), and the batch rotation the step clock calls
+once a batch.
 
     python benchmarks/bench_hook_profiler.py [--calls 200000] [--rounds 7]
 """
@@ -23,6 +24,7 @@ from lightning_perf.collect.steps.hook_profiler import HookProfiler  # noqa: E40
 
 NAME = "[Callback]ModelCheckpoint.on_train_batch_end"
 OUTER = "[Strategy]SingleDeviceStrategy.backward"
+FETCH = "[_TrainingEpochLoop].train_dataloader_next"
 
 
 def one_hook(profiler) -> None:
@@ -35,6 +37,11 @@ def nested(profiler) -> None:
         pass
 
 
+def start_stop(profiler) -> None:
+    profiler.start(FETCH)
+    profiler.stop(FETCH)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200_000)
@@ -45,6 +52,7 @@ def main() -> None:
     cases = {
         "one hook": one_hook,
         "a hook inside another": nested,
+        "a start/stop pair": start_stop,
     }
     print(f"{args.calls} calls x {args.rounds} interleaved rounds, median us a call")
     print(f"{'case':28s} {'PassThroughProfiler':>20s} {'HookProfiler':>13s} {'ratio':>7s}")
