@@ -190,8 +190,14 @@ def test_one_large_matmul_reaches_the_measured_peak_and_is_not_low_mfu(
     assert (peak.device, peak.dtype, peak.cached) == ("cpu", "fp32", False)
     assert peak.measured_flops_per_s > 0 and peak.measured_size >= 512
     assert peak.datasheet_flops_per_s is None  # no datasheet for a CPU
+    if limit.mfu_pct is None:
+        # the peak, timed beside other processes' work, came out below the step's own rate (3 runs in 7 at load
+        # 11 on 2 cores): no MFU figure, and why (issue 54)
+        assert peak.busy and limit.mfu_not_computed.endswith("; MFU not computed"), (limit, summary.machine)
+        assert limit.mfu_not_computed in text and "low_mfu" not in [f.id for f in summary.findings]
+        return
     # the step is its matmuls: well over half the rate a bare matmul reached in this process
-    assert limit.mfu_pct >= 60, (limit, summary.machine)
+    assert 60 <= limit.mfu_pct <= 100, (limit, summary.machine)
     assert "low_mfu" not in [f.id for f in summary.findings]
     # the end of fit's one line, and the measurement it cost
     assert (
@@ -203,7 +209,8 @@ def test_one_large_matmul_reaches_the_measured_peak_and_is_not_low_mfu(
     events = EventAccumulator(str(tmp_path / "lightning_logs" / "version_0"))
     events.Reload()
     points = events.Scalars(metrics.MFU.tag)
-    assert len(points) >= 10 and all(p.value > 0 for p in points)
+    # a step that outran the peak has no point (an MFU above 100% is the peak's error): most steps do not
+    assert len(points) >= 7 and all(0 < p.value <= 100 for p in points)
     assert statistics.median(p.value for p in points) == pytest.approx(limit.mfu_pct, rel=0.5)
 
 
