@@ -167,38 +167,12 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     hand-off (:mod:`lightning_perf.analysis.rules.inputs.worker_model`) charges every worker count its cost and the count
     with the shortest predicted step is advised, fewer or 0 included. With neither, the old estimate: never fewer
     workers than the run has, from 0 at least 1."""
+    by_probe = _by_probe(summary)
+    if by_probe is not None:
+        return by_probe
     current = summary.settings.num_workers
-    probe = summary.probes.get("num_workers")
-    if probe is not None and probe_value(probe, "disturbed"):
-        note = probe_value(probe, "machine_note") or "other processes busied the machine"
-        return None, (
-            f"{NOT_MEASURED}: the num_workers probe ran on a busy machine ({note}), so no count is advised; "
-            "measure again on a quiet machine"
-        )
-    measured = _probe_suggestion(summary)
-    if measured is not None:
-        suggested, reason = measured
-        if (
-            current is None
-            or suggested > current
-            or (suggested < current and _probe_compared(probe, suggested))
-        ):
-            return suggested, f"measured by the num_workers probe: {reason}"
-        if current == 0 and not _probe_compared(probe, 0):
-            # a probe that timed no worker count beside 0 (its budget spent on a busy machine) cannot undo that 0
-            # workers never overlap the step, but the measured hand-off can: it decides where there is one
-            charged = charged_choice(summary, None)
-            if charged is not None:
-                return charged[0], f"{charged[1]} (the num_workers probe timed no worker count beside 0)"
-            return (
-                1,
-                "with 0 workers loading never overlaps the step; the num_workers probe found no more needed",
-            )
-        return None, f"the num_workers probe found nothing faster than {current}: {reason}"
     loading = loading_of(summary)
     cores = usable_cores(summary)
-    local_ranks = max(summary.settings.devices or 1, 1)
-    waits = loading is not None and loading.cause == WAITS
     held = machine_busy(summary)
     if held is not None and not waits_beside_others(summary, loading):
         # a loading that computes shares the cores the others hold (or was not measured apart from waiting for
@@ -207,16 +181,7 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
             f"{NOT_MEASURED}: {held}, so a loading that computes cannot be sized here; measure again with the "
             "cores free"
         )
-    if waits:
-        assert loading is not None
-        cap, cap_why = waiting_workers_cap(summary, loading, cores or 1)
-    elif cores:
-        cap, cap_why = (
-            lightning_worker_bound(cores, local_ranks),
-            f"capped at {lightning_worker_bound(cores, local_ranks)} for {cores} cores",
-        )
-    else:
-        cap, cap_why = None, ""
+    cap, cap_why = _workers_cap(summary, loading, cores)
     charged = charged_choice(summary, cap)
     if charged is not None:
         pick, why = charged
@@ -239,6 +204,28 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
             f"worker's hand-off of a batch costs it (~{_fmt(HANDOFF_MAIN_FLOOR_MS)} ms or more), and the hand-off "
             "itself was not measured; keep 0 workers"
         )
+    return _estimated(summary, loading, cores, cap, cap_why)
+
+
+def _workers_cap(summary: RunSummary, loading: Loading | None, cores: int | None) -> tuple[int | None, str]:
+    """The most workers worth advising, and why: for a loading that waits as many as the free cores hold at its
+    measured CPU share; else Lightning's bound for the cores (none known: no cap)."""
+    if loading is not None and loading.cause == WAITS:
+        return waiting_workers_cap(summary, loading, cores or 1)
+    if cores:
+        bound = lightning_worker_bound(cores, max(summary.settings.devices or 1, 1))
+        return bound, f"capped at {bound} for {cores} cores"
+    return None, ""
+
+
+def _estimated(
+    summary: RunSummary, loading: Loading | None, cores: int | None, cap: int | None, cap_why: str
+) -> tuple[int | None, str]:
+    """The old estimate, where neither a probe nor a measured hand-off decides: never fewer workers than the run
+    has, from 0 at least 1, up to ``cap``."""
+    current = summary.settings.num_workers
+    local_ranks = max(summary.settings.devices or 1, 1)
+    waits = loading is not None and loading.cause == WAITS
     estimate = estimate_workers(summary)
     if estimate is None:
         if current is None:
@@ -271,6 +258,39 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     if current is not None and target <= current:
         return (1, why) if current == 0 else (None, enough)
     return target, why
+
+
+def _by_probe(summary: RunSummary) -> tuple[int | None, str] | None:
+    """What a num_workers probe decides (a busy one: that nothing is advised), or None where no probe measured."""
+    current = summary.settings.num_workers
+    probe = summary.probes.get("num_workers")
+    if probe is not None and probe_value(probe, "disturbed"):
+        note = probe_value(probe, "machine_note") or "other processes busied the machine"
+        return None, (
+            f"{NOT_MEASURED}: the num_workers probe ran on a busy machine ({note}), so no count is advised; "
+            "measure again on a quiet machine"
+        )
+    measured = _probe_suggestion(summary)
+    if measured is not None:
+        suggested, reason = measured
+        if (
+            current is None
+            or suggested > current
+            or (suggested < current and _probe_compared(probe, suggested))
+        ):
+            return suggested, f"measured by the num_workers probe: {reason}"
+        if current == 0 and not _probe_compared(probe, 0):
+            # a probe that timed no worker count beside 0 (its budget spent on a busy machine) cannot undo that 0
+            # workers never overlap the step, but the measured hand-off can: it decides where there is one
+            charged = charged_choice(summary, None)
+            if charged is not None:
+                return charged[0], f"{charged[1]} (the num_workers probe timed no worker count beside 0)"
+            return (
+                1,
+                "with 0 workers loading never overlaps the step; the num_workers probe found no more needed",
+            )
+        return None, f"the num_workers probe found nothing faster than {current}: {reason}"
+    return None
 
 
 def estimate_workers(summary: RunSummary) -> tuple[int, str] | None:

@@ -12,6 +12,7 @@ from lightning_perf.analysis.rules.helpers import lightning_worker_bound, means,
 from lightning_perf.analysis.rules.inputs.loading import (
     NOT_MEASURED,
     WAITS,
+    Loading,
     loading_of,
     machine_busy,
     suggest_workers,
@@ -137,6 +138,13 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             "epoch, and the batches wait for them.",
             {"persistent_workers": True},
         )
+    recommendation, change = _workers_advice(summary, loading)
+    return Finding("input_bound", severity, f"Training is {words}", evidence + ".", recommendation, change)
+
+
+def _workers_advice(summary: RunSummary, loading: Loading | None) -> tuple[str, dict[str, object]]:
+    """The input-bound finding's recommendation and settings change for the DataLoader's workers."""
+    current = summary.settings.num_workers
     workers, why = suggest_workers(summary)
     change: dict[str, object] = {} if workers is None else {"num_workers": workers}
     if workers is not None:
@@ -172,7 +180,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
         )
     else:
         recommendation = "Raise `num_workers` in the training DataLoader (current value and cores unknown)."
-    return Finding("input_bound", severity, f"Training is {words}", evidence + ".", recommendation, change)
+    return recommendation, change
 
 
 def pin_memory(summary: RunSummary, verdict: str | None) -> Finding | None:
