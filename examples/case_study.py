@@ -5,7 +5,7 @@ What a user runs on their own project, here on this one:
 1. *config*: ``examples/config.yaml`` (per-sample PIL transforms in the DataLoader, ``num_workers=0``,
    cudnn.benchmark off, full precision), copied into the study's log dir with the study's flags applied
    (batch size, data, accelerator, stem), so the source tree gets no tuned file.
-2. *tune* (:func:`lightning_perf.trial.tune.run_tune`, what ``lightning-perf tune`` runs): a diagnosis fit with
+2. *tune* (:func:`lightning_perf.tune.run.run_tune`, what ``lightning-perf tune`` runs): a diagnosis fit with
    PerfCallback and its num_workers probe; a candidate for each settings change of the findings that the config
    can express, and their combination. Nothing is given by hand: with 0 workers the loading is paid inside every
    step, so the diagnosis asks for a first worker; where the CPU is full with per-sample transforms it names the
@@ -96,7 +96,7 @@ def user_command(args: argparse.Namespace, config: str) -> str:
 
 def run_tune_study(args: argparse.Namespace) -> Any:
     """Write the study's config and tune it (the Python API of ``lightning-perf tune``): a TuneResult."""
-    from lightning_perf.trial.tune import run_tune
+    from lightning_perf.tune.run import run_tune
 
     config = write_study_config(args)
     experiment = os.path.join(study_dir(args), TUNE_EXPERIMENT)

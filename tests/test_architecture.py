@@ -16,8 +16,10 @@ PACKAGE = Path(lightning_perf.__file__).parent
 LAYERS = [
     "cli",
     "tensorboard_plugin",
+    "tune",
     "trial",
     "callback",
+    "run_end",
     "output",
     "probes",
     "collect",
@@ -39,7 +41,7 @@ LONG_FUNCTIONS = {
     "lightning_perf.probes.num_workers.probe_num_workers",
     "lightning_perf.traces.report.build.build_report",
     "lightning_perf.trial.runner.run_worker",
-    "lightning_perf.trial.tune.run_tune",
+    "lightning_perf.tune.run.run_tune",
 }
 
 

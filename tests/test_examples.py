@@ -26,7 +26,7 @@ from lightning_perf.analysis.diagnosis import diagnose  # noqa: E402
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary  # noqa: E402
 from lightning_perf.trial.decision import Decision, Speed  # noqa: E402
 from lightning_perf.trial.proposals import propose  # noqa: E402
-from lightning_perf.trial.tune import TuneResult  # noqa: E402
+from lightning_perf.tune.run import TuneResult  # noqa: E402
 from tests.analysis.test_rules_pipeline import case_study as case_study_summary  # noqa: E402
 from tests.helpers import trace_files  # noqa: E402
 

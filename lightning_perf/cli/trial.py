@@ -77,7 +77,7 @@ from lightning_perf.trial.spec import (
     parse_variant,
     prepare_experiment,
 )
-from lightning_perf.trial.tune_entry import Entry
+from lightning_perf.tune.project import Entry
 
 HELP = "Run the before/after experiment: a short fit per variant of a Lightning CLI config or your training command, then compare."
 PROG = "lightning-perf trial"

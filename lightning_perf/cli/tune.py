@@ -1,5 +1,5 @@
 """``lightning-perf tune``: diagnose a Lightning project, measure the changes its findings ask for, and write the
-fastest verified one in the project's terms (see :mod:`lightning_perf.trial.tune`).
+fastest verified one in the project's terms (see :mod:`lightning_perf.tune.run`).
 
 Examples::
 
@@ -50,7 +50,7 @@ from lightning_perf.trial.spec import (
     check_variant_names,
     parse_variant,
 )
-from lightning_perf.trial.tune import BASELINE, DEFAULT_BUDGET_S, DEFAULT_STEPS, DIAGNOSIS, run_tune
+from lightning_perf.tune.run import BASELINE, DEFAULT_BUDGET_S, DEFAULT_STEPS, DIAGNOSIS, run_tune
 
 HELP = "Diagnose a Lightning project (a CLI config or your training command), measure the changes its findings ask for, write the fastest verified one."
 PROG = "lightning-perf tune"

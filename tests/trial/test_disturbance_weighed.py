@@ -100,7 +100,7 @@ def test_beside_a_light_load_tune_decides_that_workers_are_faster(tmp_path, monk
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    from lightning_perf.trial.tune import run_tune
+    from lightning_perf.tune.run import run_tune
 
     config = {
         "model": {"class_path": "tests.helpers.TinyModel", "init_args": {"step_delay_s": 0.005}},

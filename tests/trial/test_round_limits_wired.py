@@ -25,7 +25,7 @@ from lightning_perf.trial.proposals import Proposal
 from lightning_perf.trial.rounds import _run_rounds
 from lightning_perf.trial.runner import RoundLimits, RoundReport, Terminated
 from lightning_perf.trial.spec import TrialResult, VariantResult
-from lightning_perf.trial.tune import TuneResult, run_tune
+from lightning_perf.tune.run import TuneResult, run_tune
 from tests.helpers import TinyModel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

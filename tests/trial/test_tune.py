@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from lightning_perf.cli import main
-from lightning_perf.trial.tune import run_tune
+from lightning_perf.tune.run import run_tune
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # 10 ms a sample, 4 samples a batch: 40 ms of loading per step, next to 40 ms of compute (a sleep), with no

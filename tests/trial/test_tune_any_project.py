@@ -341,7 +341,7 @@ def test_bad_command_variants_name_the_flag_and_the_settings_allowed(tmp_path):
 
 def test_the_text_report_says_where_to_set_the_winner_in_code():
     from lightning_perf.trial.project.terms import InProjectTerms
-    from lightning_perf.trial.tune import TuneResult
+    from lightning_perf.tune.run import TuneResult
 
     terms = InProjectTerms("code", ["/p/train.py:9: the DataLoader built here: set num_workers=4"])
     text = TuneResult("python train.py", "perf_logs/train_tune", in_project=terms).render()

@@ -174,7 +174,7 @@ def test_a_config_folder_that_cannot_take_the_tuned_file_fails_before_the_diagno
 def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(project, capsys, monkeypatch):
     """The folder went read-only during the rounds: the verdict stands, the error names the file and its errno,
     and the exit code is not 0 (the promised output is missing)."""
-    import lightning_perf.trial.tune_entry as entry_module
+    import lightning_perf.tune.project as entry_module
 
     write(project / "exp.yaml", COMPUTE_BOUND)
     finding = Finding("input_bound", "high", "input-bound", "evidence", "more workers", {"num_workers": 2})
@@ -300,7 +300,7 @@ def test_trial_exits_non_zero_when_its_comparison_could_not_be_written(project, 
 def test_a_busy_machine_with_nothing_to_try_is_not_measured_not_keep(project, capsys, monkeypatch):
     """make demo beside two CPU hogs: the diagnosis sees only the others holding the cores (no change of the
     config to try); that is no verdict on the config, said as such, exit 1."""
-    import lightning_perf.trial.tune_entry as entry_module
+    import lightning_perf.tune.project as entry_module
 
     write(project / "exp.yaml", COMPUTE_BOUND)
     findings = [

@@ -9,8 +9,8 @@ from lightning_perf.analysis.summary import Distribution, Finding, RunSummary, S
 from lightning_perf.trial.decision import KEEP, Speed, choose, speeds_from_trial
 from lightning_perf.trial.proposals import COMBINED, SEMANTIC_LABEL, propose
 from lightning_perf.trial.spec import TrialResult, VariantResult
-from lightning_perf.trial.tune import plan_rounds
 from lightning_perf.trial.tuned_config import apply_changes, tuned_path, write_tuned
+from lightning_perf.tune.run import plan_rounds
 
 TARGETS = {
     "loader_keys": {

@@ -3,7 +3,7 @@ Lightning CLI config (``--config``, built with ``--cli``), which runs as a comma
 built with the config (:func:`~lightning_perf.trial.project.command.config_command`). Either way one path
 diagnoses, measures (the settings applied inside the command at run time) and writes the winner in the project's
 terms from what the diagnosis round saw; the steps between (propose, plan, decide) are
-:mod:`lightning_perf.trial.tune`'s.
+:mod:`lightning_perf.tune.run`'s.
 """
 
 from __future__ import annotations

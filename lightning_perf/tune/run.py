@@ -1,5 +1,5 @@
 """``lightning-perf tune``: from a diagnosis to a faster, verified setting, on the user's own Lightning project
-(a training command, or a config run as the command of our CLI entry: :class:`~.tune_entry.Entry`).
+(a training command, or a config run as the command of our CLI entry: :class:`~lightning_perf.tune.project.Entry`).
 
 1. **Diagnose**: a short fit of the command as given, with a PerfCallback (the num_workers probe included), which
    records what the project built, to name the winner in the project's terms.
@@ -65,8 +65,8 @@ from lightning_perf.trial.spec import (
     TrialResult,
     check_log_dir,
 )
-from lightning_perf.trial.tune_entry import DIAGNOSIS, Entry
 from lightning_perf.trial.tuned_config import check_tuned_output
+from lightning_perf.tune.project import DIAGNOSIS, Entry
 from lightning_perf.yaml_budget import load_yaml
 
 TUNE_SCHEMA_NAME = "lightning-perf/tune"
