@@ -20,9 +20,11 @@ from lightning_perf.collect.run_state import PerfSession, first_tensor, open_ses
 from lightning_perf.collect.sampling import sampler_start
 from lightning_perf.collect.steps import fetch_timing as fetcher_hooks
 from lightning_perf.collect.steps import hook_profiler
-from lightning_perf.output import end_of_run as run_end
 from lightning_perf.output import loggers, windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
+from lightning_perf.run_end.context import RunEnd
+from lightning_perf.run_end.measure import now
+from lightning_perf.run_end.pipeline import finish_run
 
 log = console.logger(__name__)
 
@@ -202,7 +204,7 @@ class PerfCallback(*namespaces.callback_bases()):
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._started_at = run_end.now()
+        self._started_at = now()
         self._fit_started = perf_counter()
         self._fit = self._new_session(trainer, "fit", "fit_loop")
         hook_profiler.install(trainer, self, self._fit)  # the step's anatomy, the code named in traces
@@ -334,7 +336,7 @@ class PerfCallback(*namespaces.callback_bases()):
         self._finish_eval(trainer, "finished")
 
     def _start_eval(self, trainer: Trainer, stage: str) -> None:
-        self._started_at = run_end.now()
+        self._started_at = now()
         self._fit_started = perf_counter()
         self._eval = self._new_session(trainer, stage, _EVAL_STAGES[stage])
         self._eval.clock.epoch_started()
@@ -395,8 +397,7 @@ class PerfCallback(*namespaces.callback_bases()):
                 log.warning(f"lightning-perf: could not log the last window: {err}")
         if fit:
             windows.write_step_series(trainer, session)  # the whole run's steps in TensorBoard; never raises
-        sampler = self._stop_sampler() if fit else None
-        summary = run_end.complete(
+        end = RunEnd(
             trainer,
             session,
             self.config,
@@ -404,17 +405,14 @@ class PerfCallback(*namespaces.callback_bases()):
             wall_s=ended - self._fit_started,
             started_at=self._started_at,
             log_dir=self._trace_dir,
-            sampler=sampler,
+            sampler=self._stop_sampler() if fit else None,
             reducer=self._reducer if collective else None,
             ab_spec=self._ab_spec,
             hp_placeholder=self._hp_placeholder,
         )
         self._ab_spec = None
-        if summary is not None:
-            self.last_summary = summary
-        if status == "finished" and (message := run_end.short_run_message(self.config.schedule, session)):
-            log.info(message)
-        if summary is not None:  # after what was measured is written: an interrupt here loses only the probe
-            run_end.finish(
-                trainer, summary, self.config, log_dir=self._trace_dir, hp_placeholder=self._hp_placeholder
-            )
+        try:  # measure, probe, diagnose, write (run_end.pipeline)
+            finish_run(end)
+        finally:  # a Ctrl-C in the num_workers probe propagates: the summary of what was measured is kept
+            if end.summary is not None:
+                self.last_summary = end.summary

@@ -20,6 +20,7 @@ LAYERS = [
     "trial",
     "callback",
     "run_end",
+    "run_end",
     "output",
     "probes",
     "collect",

@@ -1,11 +1,12 @@
 """The measurements after a finished fit, before its findings are shown: a worker's hand-off of one batch
-(every input-bound fit) and the num_workers probe (when ``probe_num_workers`` asks for it). Called by
-:mod:`lightning_perf.output.end_of_run`.
+(every input-bound fit) and the num_workers probe (when ``probe_num_workers`` asks for it). Steps of
+:func:`lightning_perf.run_end.pipeline.finish_run`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lightning_perf import console
@@ -21,36 +22,52 @@ log = console.logger(__name__)
 PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
 
 
-def handoff_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> Any:
-    """The training DataLoader when a finished fit is input-bound, so its advice is about workers; else None.
-    Whatever ``probe_num_workers`` says: the hand-off costs a fraction of a second and decides the advice."""
+@dataclass
+class ProbePlan:
+    """The num_workers probe wanted after a fit: the DataLoader it measures and its budget in seconds, ``None``
+    when the fit trained too briefly for a measured verdict (then the probe is skipped, and says so)."""
+
+    dataloader: Any
+    budget_s: float | None
+
+
+def diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
+    """Whether this rank diagnoses the run: rank zero of a fit, unless ``diagnose=False``."""
+    return summary.stage == "fit" and trainer.is_global_zero and config.diagnose
+
+
+def _input_bound(trainer: Any, summary: RunSummary, config: PerfConfig) -> str | None:
+    """The input-bound verdict of a finished fit this rank diagnoses; None for any other run."""
     from lightning_perf.analysis.diagnosis import input_bound_verdict
     from lightning_perf.analysis.gpu_measures import input_wait
 
     if summary.status != "finished" or not diagnosed(trainer, summary, config):
         return None
-    if input_bound_verdict(input_wait(summary).value) not in PROBED_VERDICTS:
+    return input_bound_verdict(input_wait(summary).value)
+
+
+def handoff_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> Any:
+    """The training DataLoader when a finished fit is input-bound, so its advice is about workers; else None.
+    Whatever ``probe_num_workers`` says: the hand-off costs a fraction of a second and decides the advice."""
+    if _input_bound(trainer, summary, config) not in PROBED_VERDICTS:
         return None
     return train_dataloader(trainer)
 
 
-def probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> tuple[Any, float | None] | None:
-    """(the training DataLoader, the probe's budget in seconds) when the num_workers probe is wanted after this
-    fit, the budget ``None`` when the fit was too short for it; ``None`` when it is not wanted or not possible."""
-    from lightning_perf.analysis.diagnosis import input_bound_verdict
-    from lightning_perf.analysis.gpu_measures import input_wait
+def probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> ProbePlan | None:
+    """The num_workers probe wanted after this fit; ``None`` when it is not wanted or not possible."""
     from lightning_perf.probes.num_workers import probe_budget
 
     if summary.status != "finished" or not diagnosed(trainer, summary, config):
         return None
-    verdict = input_bound_verdict(input_wait(summary).value)
+    verdict = _input_bound(trainer, summary, config)
     mode = config.probe_num_workers
     if not (mode == "always" or (mode == "auto" and verdict in PROBED_VERDICTS)):
         return None
     dataloader = train_dataloader(trainer)
     if dataloader is None:
         return None
-    return dataloader, probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode)
+    return ProbePlan(dataloader, probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode))
 
 
 def measure_handoff(summary: RunSummary, dataloader: Any) -> None:
@@ -92,7 +109,3 @@ def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> No
     summary.probes["num_workers"] = dataclasses.asdict(found)
     said = "no value" if found.suggested is None else f"num_workers={found.suggested}"
     log.info(f"lightning-perf: num_workers probe: suggests {said}: {found.reason}")
-
-
-def diagnosed(trainer: Any, summary: RunSummary, config: PerfConfig) -> bool:
-    return summary.stage == "fit" and trainer.is_global_zero and config.diagnose

@@ -1,6 +1,6 @@
 """The end of a fit's ``compute_limit``: the step's FLOPs against the device's measured peak (MFU).
 
-Called by :func:`lightning_perf.output.end_of_run.build_summary` once training has ended, outside any step: the
+Called by :func:`lightning_perf.run_end.measure.build_summary` once training has ended, outside any step: the
 peak (:mod:`lightning_perf.probes.device_peak`, cached per device and dtype) is measured only for a finished fit
 with FLOPs to set against it. :func:`log_mfu_series` draws the MFU of every step in TensorBoard.
 """
