@@ -10,9 +10,9 @@ import pytest
 
 from lightning_perf.traces.read import reader as traces
 from lightning_perf.traces.read.columns import SpanColumns
-from lightning_perf.traces.read.event_types import decode_events
-from lightning_perf.traces.read.loader import _add_memory_event, load_trace
-from lightning_perf.traces.read.spans import PYTHON_FUNCTION_CAT, span_of
+from lightning_perf.traces.read.event_types import Event
+from lightning_perf.traces.read.loader import load_trace
+from lightning_perf.traces.read.spans import PYTHON_FUNCTION_CAT, MemorySample, span_of
 from lightning_perf.traces.report.build import find_traces
 
 NORMAL = {
@@ -86,6 +86,25 @@ def write_trace(path, unusual: bool) -> None:
     path.write_text('{"schemaVersion": 1, "traceEvents": [\n' + ",\n".join(parts) + '\n], "traceName": "t"}')
 
 
+def add_memory_event(event: dict, memory: list, running: dict) -> bool:
+    """The allocator sample of one event dict (torch 1.10+ totals, torch 1.9 changes summed); True for a total."""
+    args = event.get("args")
+    if not isinstance(args, dict):
+        return False
+    ts, device = event.get("ts"), args.get("Device Id", 0)
+    total, change = args.get("Total Allocated"), args.get("Bytes")
+    if not isinstance(ts, (int, float)) or args.get("Device Type") != 1:
+        return False
+    device = device if isinstance(device, int) else 0
+    if isinstance(total, (int, float)):
+        memory.append(MemorySample(float(ts), device, float(total)))
+        return True
+    if isinstance(change, (int, float)):
+        running[device] = running.get(device, 0.0) + change
+        memory.append(MemorySample(float(ts), device, running[device]))
+    return False
+
+
 def by_event_dicts(path) -> tuple:
     """What load_trace must give, event by event from json's dicts, with span_of (the definition of a span)."""
     events = json.JSONDecoder(strict=False).decode(path.read_text())["traceEvents"]
@@ -94,7 +113,7 @@ def by_event_dicts(path) -> tuple:
         if event.get("cat") == PYTHON_FUNCTION_CAT:
             continue
         if event.get("name") == "[memory]":
-            totals = _add_memory_event(event, memory, running) or totals
+            totals = add_memory_event(event, memory, running) or totals
             continue
         try:
             span = span_of(event)
@@ -133,8 +152,8 @@ def test_usual_events_are_decoded_typed(tmp_path):
     path = tmp_path / "usual.json"
     write_trace(path, unusual=False)
     with traces.TraceReader(path) as reader:
-        batches = list(reader.typed_batches(decode_events))
-    typed = sum(len(events) for events, text in batches if text is not None)
+        batches = list(reader.decoded_batches(Event))
+    typed = sum(len(events) for events, exact in batches if exact)
     # all but the last event of a read chunk (read alone: no boundary after it in the buffer)
     assert typed >= 4000 - 2 and loaded(path) == by_event_dicts(path)
 
@@ -142,7 +161,7 @@ def test_usual_events_are_decoded_typed(tmp_path):
 def test_real_traces_are_mostly_decoded_typed(realtraces):
     (path,) = find_traces(str(realtraces / "ddp_a100_rank1_of2"))
     with traces.TraceReader(path) as reader:
-        sizes = [(len(events), text is not None) for events, text in reader.typed_batches(decode_events)]
+        sizes = [(len(events), exact) for events, exact in reader.decoded_batches(Event)]
     typed = sum(n for n, is_typed in sizes if is_typed)
     assert typed > 0.99 * sum(n for n, _ in sizes)
 
@@ -196,3 +215,22 @@ def test_the_loaders_columns_of_the_real_traces(realtraces):
     for path in paths:
         parsed = load_trace(path)
         assert same_columns(parsed.spans.columns, SpanColumns.of_spans(list(parsed.spans))), path
+
+
+def test_a_sequence_number_beyond_int64_is_none_and_the_rest_stay_typed(tmp_path):
+    """An autograd sequence number the int64 column cannot hold reads as none (-1), as a dict event's does; the
+    typed decoding of the batch around it used to fail with OverflowError."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": i, "dur": 1, "args": {"Sequence number": i}}
+        for i in range(50)
+    ]
+    events[20]["args"]["Sequence number"] = 2**63
+    events[21]["args"]["Sequence number"] = -(2**63)
+    path = tmp_path / "sequence.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    parsed = load_trace(path)
+    assert parsed.spans.columns.sequence.tolist() == [*range(20), -1, -(2**63), *range(22, 50)]
+    with traces.TraceReader(path) as reader:
+        (batch, exact), *_ = reader.decoded_batches(Event)
+    assert not exact and len(batch) == 49  # one batch (the last event is read alone), one event a dict
+    assert [type(e) is dict for e in batch] == [i == 20 for i in range(49)]

@@ -2,23 +2,25 @@
 
 Decoding a batch of events straight into these Structs skips building a Python dict for every field no analysis
 reads (most of a Kineto event: shapes, stream, device, flow ids...); on shared/realtraces it decodes several
-times faster than :mod:`json`. The types are strict on purpose: a value of another type (a string pid, a bool
-ts, a null dur, an args that is not an object), NaN or a control character in a string fails the batch, which
-:class:`~lightning_perf.traces.read.json_scanner.JsonScanner` then decodes with :mod:`json` into dicts as before,
-so every file read before is read the same (the loader of :mod:`~lightning_perf.traces.read.spans` treats the rare
-events these Structs cannot tell apart, like a complete event without ts, the same way).
+times faster than :mod:`json`. The types are strict on purpose: an event with a value of another type (a string
+pid, a bool ts, a null dur, an args that is not an object, a sequence number beyond int64), NaN or a control
+character in a string is decoded alone into :mod:`json`'s dict by
+:class:`~lightning_perf.traces.read.json_scanner.JsonScanner`, and the loader
+(:func:`~lightning_perf.traces.read.loader.event_of`) makes it the Event of what the dict holds, so every event
+is read as a dict reads it.
 
 Imports msgspec only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 Number = int | float
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class EventArgs(msgspec.Struct, gc=False):
@@ -30,7 +32,10 @@ class EventArgs(msgspec.Struct, gc=False):
     external_id_lower: int | None | UnsetType = msgspec.field(default=UNSET, name="external id")
     correlation: int | None = None
     # the autograd sequence number: a forward operator and the backward ones of the node it created share it
-    sequence: int = msgspec.field(default=-1, name="Sequence number")
+    # (an int64 column: a larger one does not fit the Struct, and the loader reads it as none)
+    sequence: Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)] = msgspec.field(
+        default=-1, name="Sequence number"
+    )
     device_type: Any = msgspec.field(default=UNSET, name="Device Type")
     device_id: Any = msgspec.field(default=UNSET, name="Device Id")
     total_allocated: Any = msgspec.field(default=UNSET, name="Total Allocated")
@@ -52,12 +57,3 @@ class Event(msgspec.Struct, gc=False):
     pid: int | str | None = None
     tid: int | str | None = None
     args: EventArgs | None = None
-
-
-# one decoder for every batch (a Decoder is built once and reused: building it is the slow part)
-EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-
-
-def decode_events(text: str) -> list[Event]:
-    """The events of a JSON array of objects; ValueError (msgspec.DecodeError, ValidationError) otherwise."""
-    return EVENTS_DECODER.decode(text)

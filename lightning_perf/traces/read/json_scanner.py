@@ -2,17 +2,22 @@
 :class:`~lightning_perf.traces.read.reader.TraceReader`.
 
 :class:`JsonScanner` keeps one read chunk (and the value it cuts) in memory; :func:`trace_items` walks the top
-level of a Chrome trace with it. Standard library only (and the gzip errors of
-:mod:`~lightning_perf.traces.read.gunzip`); a typed decoder (msgspec's, see
-:mod:`lightning_perf.traces.read.event_types`) can be plugged in for the batches of events.
+level of a Chrome trace with it. The events of ``traceEvents`` are decoded by msgspec, a batch (up to a chunk's
+worth) at a time, into one type (the typed :class:`~lightning_perf.traces.read.event_types.Event` or dicts); an
+event that type cannot hold is decoded alone into :mod:`json`'s dict, and what msgspec cannot read at all (NaN,
+control characters in strings) one value at a time by :mod:`json`, which also makes the error messages.
+Standard library and msgspec (and the gzip errors of :mod:`~lightning_perf.traces.read.gunzip`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any
+
+import msgspec
 
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.traces.read.gunzip import GZIP_ERRORS
@@ -25,7 +30,7 @@ MAX_VALUE_CHARS = 64 << 20
 _INCOMPLETE_TAIL_CHARS = 16
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 # The end of one event of traceEvents, its comma and the start of the next. The events up to the last one in the
-# buffer are decoded with one call of the C decoder (about twice as fast as one call per event). A match inside a
+# buffer are decoded with one call of msgspec's decoder (no Python step per event). A match inside a
 # string or a nested value leaves brackets or a string open, so that text fails to decode and is read one value
 # at a time instead: a batch that decodes is exactly the events the file holds.
 _EVENT_BOUNDARY = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
@@ -53,15 +58,13 @@ class JsonScanner:
         decoder = json.JSONDecoder(strict=False)  # like the plugin: control chars allowed
         self._decode = decoder.raw_decode
         self._decode_whole = decoder.decode
-        # read events in batches (the rewrite reads them one by one, for their exact source text)
-        self.batching = False
+        # msgspec's decoders of a batch of events and of one, once events are read in batches (the rewrite
+        # reads them one by one with json, for their exact source text)
+        self._decoders: tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]] | None = None
         # no cut of this buffer decoded: one value at a time until the next fill
         self._batch_failed = False
-        # when set (with batching): tried first on a batch's JSON array text; a batch it decodes comes with
-        # that text in ``batch_text`` (None for a batch of dicts): its events are typed objects, not dicts.
-        # Any ValueError (wrong type, NaN, control characters...) falls back to json's decoding of the batch.
-        self.typed_decode: Callable[[str], list[Any]] | None = None
-        self.batch_text: str | None = None
+        # the last batch's events are all of the decoded type (else some are json's dicts)
+        self.batch_exact = False
 
     def error(self, what: str, pos: int | None = None) -> TraceError:
         where = self._consumed + (self._pos if pos is None else pos)
@@ -147,48 +150,75 @@ class JsonScanner:
             self._pos = end
             return obj, self._buf[start:end]
 
-    def events_batch(self) -> list[dict[str, Any]] | None:
-        """The events from here (the start of one) up to the last event boundary in the buffer, decoded in
-        one call; None when there is no boundary or no cut decodes as a list of objects (see _EVENT_BOUNDARY):
-        the caller then reads one value, which says what is wrong, if anything."""
-        if not self.batching or self._batch_failed:
+    def decode_events_as(self, event_type: Any) -> None:
+        """Read the events of traceEvents in batches from now on, each event decoded by msgspec into
+        ``event_type`` (a Struct, or ``dict[str, Any]``); see :meth:`events_batch`."""
+        self._decoders = _decoders(event_type)
+
+    def events_batch(self) -> list[Any] | None:
+        """The events from here (the start of one) up to the last event boundary in the buffer, decoded by
+        msgspec: the whole batch in one call into the event type (``batch_exact`` then True), or, where some
+        event does not fit the type (a value of another type), event by event, with :mod:`json`'s dict for each
+        event that does not fit. None when there is no boundary, or no cut decodes (see _EVENT_BOUNDARY; also
+        NaN, a control character in a string, a number beyond a float, which msgspec does not read): the caller
+        then reads one value with :mod:`json`, which says what is wrong, if anything."""
+        if self._decoders is None or self._batch_failed:
             return None
         buf, start = self._buf, self._pos
         cuts = [
             m.start() + 1
             for m in _EVENT_BOUNDARY.finditer(buf, max(start, len(buf) - _BOUNDARY_SEARCH_CHARS))
         ]
-        self.batch_text = None
-        if self.typed_decode is not None and cuts:
-            # a cut inside a string or a nested value leaves the text invalid JSON for any decoder, so a
-            # batch that decodes is exactly the events up to the cut, as with json below
-            text = "[" + buf[start : cuts[-1]] + "]"
-            try:
-                typed = self.typed_decode(text)
-            except (ValueError, RecursionError):
-                pass
-            else:
-                self._drop_to(cuts[-1])
-                self.batch_text = text
-                return typed
-        for _ in range(_BATCH_TRIES):
-            if not cuts:
-                break
-            end = cuts.pop()
-            try:
-                events = self._decode_whole("[" + buf[start:end] + "]")
-            except json.JSONDecodeError as err:
-                # a cut inside a string: the error points at the string's start, the event's start is before it
-                cuts = [cut for cut in cuts if cut < start + err.pos - 1]
-                continue
-            except (ValueError, RecursionError):
-                break
-            if all(type(event) is dict for event in events):
+        for end in cuts[: -_BATCH_TRIES - 1 : -1]:  # the last cuts first: the longest batches
+            events = self._decode_batch("[" + buf[start:end] + "]")
+            if events is not None:
                 self._drop_to(end)
                 return events
-            break
         self._batch_failed = True
         return None
+
+    def _decode_batch(self, text: str) -> list[Any] | None:
+        batch_decoder, event_decoder = self._decoders  # type: ignore[misc]
+        try:
+            events = batch_decoder.decode(text)
+        except msgspec.ValidationError:
+            pass  # well-formed, but some event does not fit the type: event by event below
+        except (ValueError, RecursionError):
+            return None  # malformed for msgspec: a cut inside a string, or a value only json reads
+        else:
+            self.batch_exact = True
+            return events
+        self.batch_exact = False
+        try:
+            raws = _RAW_EVENTS.decode(text)
+        except (ValueError, RecursionError):  # malformed after the event that did not fit
+            return None
+        events = []
+        for raw in raws:
+            try:
+                events.append(event_decoder.decode(raw))
+            except msgspec.ValidationError:
+                try:
+                    event = self._decode_whole(bytes(raw).decode())
+                except (
+                    ValueError,
+                    RecursionError,
+                ):  # beyond json's digits limit: one value at a time says so
+                    return None
+                if type(event) is not dict:  # one value at a time names it
+                    return None
+                events.append(event)
+        return events
+
+
+@functools.cache
+def _decoders(event_type: Any) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
+    """The decoders of a batch of ``event_type`` and of one (building a Decoder is the slow part: once a type)."""
+    return msgspec.json.Decoder(list[event_type]), msgspec.json.Decoder(event_type)
+
+
+# the elements of a JSON array as their exact text: where a batch does not fit the type, event by event
+_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 META, EVENTS_START, EVENT, EVENTS_END = range(4)
@@ -196,9 +226,8 @@ META, EVENTS_START, EVENT, EVENTS_END = range(4)
 
 def trace_items(scanner: JsonScanner) -> Iterator[tuple]:
     """Tagged items of a trace file in file order: (META, key, value, raw), (EVENTS_START,),
-    (EVENT, events, raws) for the elements of traceEvents (one event and its source text, or when
-    ``scanner.batching`` a batch of events and None, or a batch of typed events and their JSON array's text
-    when ``scanner.typed_decode`` decoded it), (EVENTS_END,)."""
+    (EVENT, events, raws) for the elements of traceEvents (one event dict and its source text, or, once
+    :meth:`JsonScanner.decode_events_as` was called, a batch of events and None), (EVENTS_END,)."""
     first = scanner.peek()
     if not first:
         raise scanner.error("empty file, not a Chrome trace")
@@ -252,7 +281,7 @@ def _event_items(scanner: JsonScanner) -> Iterator[tuple]:
                 yield EVENT, [event], [raw]
                 index += 1
             else:
-                yield EVENT, events, scanner.batch_text
+                yield EVENT, events, None
                 index += len(events)
             separator = scanner.peek()
             if separator not in ("]", ","):

@@ -14,18 +14,20 @@ Standard library, msgspec and numpy; imports nothing from torch or Lightning.
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 import sys
-from collections.abc import Mapping
-from itertools import compress, repeat
+from itertools import accumulate, compress, repeat
 from typing import Any
 
+import msgspec
 import numpy as np
 from msgspec import UNSET
 
+from lightning_perf.analysis.numbers import finite
 from lightning_perf.traces.read.columns import ColumnsBuilder
-from lightning_perf.traces.read.event_types import Event, decode_events
+from lightning_perf.traces.read.event_types import INT64_MAX, INT64_MIN, Event, EventArgs
 from lightning_perf.traces.read.reader import TraceReader
 from lightning_perf.traces.read.spans import (
     CUDA_DEVICE_TYPE,
@@ -40,10 +42,10 @@ from lightning_perf.traces.read.spans import (
 )
 from lightning_perf.traces.vendors import is_tensor_core_eligible
 
-# load_trace's shortcut: events whose ts and dur are JSON numbers within this bound are finite, and so are their
-# sums (span_of checks every other event)
-_PLAIN_NUMBERS = (int, float)
+# load_trace's shortcut: events whose ts and dur are numbers within this bound are finite, and so are their sums
+# (the events of a batch with any other are checked one by one)
 _PLAIN_LIMIT = 1e300
+_NUMBER_TYPES, _INT_TYPE = {int, float}, {int}  # exact types: a bool is neither here
 _new_tuple = tuple.__new__  # a Span without the Python-level __new__ of NamedTuple (same tuple)
 _INPUT_TYPE = operator.attrgetter("input_type")
 intern = sys.intern
@@ -70,15 +72,18 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
     events with impossible times are skipped and counted (``skipped_events``), never turned into inf/nan.
 
     The events are decoded a batch at a time into the typed :class:`~lightning_perf.traces.read.event_types.Event`
-    (the fields read, nothing else); a batch it cannot hold exactly (a value of another type, a complete event
-    without finite times) is decoded into dicts and read as before, so the result is the same either way."""
+    (the fields read, nothing else); an event the Struct cannot hold comes as a dict, made an Event by
+    :func:`event_of`, so every event goes through the same code."""
     loaded = _Loaded()
     with TraceReader(path) as reader:
-        for batch, text in reader.typed_batches(decode_events):
-            if text is None:
-                _add_dicts(batch, loaded)
-            elif not _add_typed(batch, loaded):
-                _add_dicts(_DICT_DECODE(text), loaded)
+        for batch, exact in reader.decoded_batches(Event):
+            problems: dict[int, str] = {}
+            if not exact:
+                batch = [
+                    event if type(event) is Event else event_of(event, problems, i)
+                    for i, event in enumerate(batch)
+                ]
+            _add_events(batch, loaded, problems)
         loaded.spans.columns = loaded.columns.columns(loaded.spans)  # what columns_of gives for this list
         return ParsedTrace(
             reader.path,
@@ -92,28 +97,32 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
         )
 
 
-_DICT_DECODE = json.JSONDecoder(strict=False).decode  # as the scanner's: control characters allowed
+def _add_events(batch: list[Event], loaded: _Loaded, problems: dict[int, str]) -> None:
+    """Add the events of one batch: its allocator samples, its complete events as spans and columns, and the
+    complete events without finite times as skipped (``problems``: by place in the batch, those :func:`event_of`
+    found, with the reason that quotes them as written).
 
-
-def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
-    """Add the typed events of one batch; False, with nothing added, when one of them needs the dict reader
-    (a complete event without ts, or with times out of range: its skip reason quotes the event as written).
-
-    The dict reader's work (below) done a field at a time over the batch: comprehensions and C-level maps,
-    no Python statement per event."""
+    A field at a time over the batch: comprehensions and C-level maps, no Python statement per event."""
+    first = loaded.count
+    loaded.count += len(batch)
     memory_events = [e for e in batch if e.name == MEMORY_EVENT_NAME and e.cat != PYTHON_FUNCTION_CAT]
+    if memory_events:
+        loaded.has_totals = _add_typed_memory(memory_events, loaded) or loaded.has_totals
     complete = [
         e for e in batch if e.ph == "X" and e.cat != PYTHON_FUNCTION_CAT and e.name != MEMORY_EVENT_NAME
     ]
     try:
         starts = np.array([e.ts for e in complete], dtype=np.float64)
         durations = np.array([e.dur for e in complete], dtype=np.float64)
+        plain = bool(
+            np.all(np.abs(starts) < _PLAIN_LIMIT) and np.all((durations >= 0) & (durations < _PLAIN_LIMIT))
+        )
     except (TypeError, OverflowError):  # a ts left UNSET, an integer beyond a float
-        return False
-    if not (np.all(np.abs(starts) < _PLAIN_LIMIT) and np.all((durations >= 0) & (durations < _PLAIN_LIMIT))):
-        return False
-    if memory_events:
-        loaded.has_totals = _add_typed_memory(memory_events, loaded) or loaded.has_totals
+        plain = False
+    if problems or not plain:  # rare: the events one by one
+        complete = _with_finite_times(batch, first, problems, loaded)
+        starts = np.array([e.ts for e in complete], dtype=np.float64)
+        durations = np.array([e.dur for e in complete], dtype=np.float64)
     lowered = loaded.lowered
     raw_cats = [e.cat for e in complete]
     for cat in set(raw_cats).difference(lowered):
@@ -156,8 +165,74 @@ def _add_typed(batch: list[Event], loaded: _Loaded) -> bool:
     )
     sequences = [-1 if a is None else a.sequence for a in args]
     loaded.columns.add(starts, ends, *fields, input_types=input_types, sequences=sequences)
-    loaded.count += len(batch)
-    return True
+
+
+def _with_finite_times(
+    batch: list[Event], first: int, problems: dict[int, str], loaded: _Loaded
+) -> list[Event]:
+    """The complete events of ``batch`` (its first at ``first`` in traceEvents) whose times make a span (what
+    :func:`~lightning_perf.traces.read.spans.span_of` takes: finite numbers, dur >= 0, a finite end); each other
+    one is counted as skipped, the first reason kept."""
+    kept = []
+    for i, event in enumerate(batch):
+        if event.ph != "X" or event.cat == PYTHON_FUNCTION_CAT or event.name == MEMORY_EVENT_NAME:
+            continue
+        reason = problems.get(i)
+        if reason is None:
+            ts, dur = None if event.ts is UNSET else event.ts, event.dur
+            try:
+                start, length = finite(ts), finite(dur)
+            except OverflowError:  # an integer too large for a float
+                start = length = None
+            if start is not None and length is not None and length >= 0 and math.isfinite(start + length):
+                kept.append(event)
+                continue
+            reason = f"event {event.name!r} has no finite ts or no finite dur >= 0: ts={ts!r}, dur={dur!r}"
+        loaded.skipped += 1
+        loaded.reason = loaded.reason or f"traceEvents[{first + i}]: {reason}"
+    return kept
+
+
+def event_of(event: dict[str, Any], problems: dict[int, str], place: int) -> Event:
+    """A decoded event dict as the :class:`Event` of its fields as the dict reads (``event.get``; a name or
+    category of another type as its text, as :func:`~lightning_perf.traces.read.spans.span_of` makes them). A
+    complete event whose times make no span gets span_of's reason in ``problems[place]``."""
+    args = event.get("args")
+    made = Event(
+        ph=event.get("ph"),
+        name=str(event.get("name", "")),
+        cat=str(event.get("cat", "")),
+        ts=event.get("ts", UNSET),
+        dur=event.get("dur", 0),
+        pid=event.get("pid"),
+        tid=event.get("tid"),
+        args=_args_of(args) if type(args) is dict else None,
+    )
+    if made.ph == "X" and made.cat != PYTHON_FUNCTION_CAT and made.name != MEMORY_EVENT_NAME:
+        try:
+            span_of(event)
+        except ValueError as err:
+            problems[place] = str(err)
+    return made
+
+
+def _args_of(args: dict[str, Any]) -> EventArgs:
+    """The :class:`EventArgs` of an event's args dict, read as the typed decoding reads them."""
+    sequence = args.get("Sequence number")
+    types = args.get("Input type")
+    return EventArgs(
+        external_id=args.get("External id", args.get("external id")),
+        correlation=args.get("correlation"),
+        sequence=sequence if type(sequence) is int and INT64_MIN <= sequence <= INT64_MAX else -1,
+        device_type=args.get("Device Type", UNSET),
+        device_id=args.get("Device Id", UNSET),
+        total_allocated=args.get("Total Allocated", UNSET),
+        bytes=args.get("Bytes", UNSET),
+        # a list of strings, as its JSON text (what the typed decoding keeps); anything else is no types
+        input_type=msgspec.Raw(json.dumps(types).encode())
+        if type(types) is list and all(type(t) is str for t in types)
+        else None,
+    )
 
 
 def _eligible_input_types(names: list[str], args: list[Any], loaded: _Loaded) -> tuple[list[int], list[Any]]:
@@ -181,6 +256,31 @@ def _eligible_input_types(names: list[str], args: list[Any], loaded: _Loaded) ->
 
 
 def _add_typed_memory(events: list[Event], loaded: _Loaded) -> bool:
+    """Add the samples of a batch's allocator events; True when one is a total. The common batches in C-level
+    passes (a profile_memory trace has ~1e4 such events): the host's events dropped, then every CUDA event a
+    total (torch 1.10+), or every one a change on one device (torch 1.9), times and devices plain numbers; any
+    other batch event by event."""
+    args = [e.args for e in events]
+    if None not in args:
+        cuda = [a.device_type == CUDA_DEVICE_TYPE for a in args]
+        events, args = list(compress(events, cuda)), list(compress(args, cuda))  # the others add nothing
+        times = [e.ts for e in events]
+        devices = [0 if a.device_id is UNSET else a.device_id for a in args]
+        totals = [a.total_allocated for a in args]
+        if set(map(type, times)) <= _NUMBER_TYPES and set(map(type, devices)) <= _INT_TYPE:
+            if set(map(type, totals)) <= _NUMBER_TYPES:
+                samples = zip(map(float, times), devices, map(float, totals), strict=True)
+                loaded.memory.extend(map(_new_tuple, repeat(MemorySample), samples))
+                return bool(events)
+            changes = [a.bytes for a in args]
+            one_device = len(set(devices)) == 1
+            if one_device and totals.count(UNSET) == len(totals) and set(map(type, changes)) <= _NUMBER_TYPES:
+                device = devices[0]
+                sums = list(accumulate(changes, operator.add, initial=loaded.running.get(device, 0.0)))
+                loaded.running[device] = sums[-1]
+                samples = zip(map(float, times), devices, sums[1:], strict=True)
+                loaded.memory.extend(map(_new_tuple, repeat(MemorySample), samples))
+                return False
     has_totals = False
     for event in events:
         args = event.args
@@ -199,122 +299,6 @@ def _add_typed_memory(events: list[Event], loaded: _Loaded) -> bool:
             or has_totals
         )
     return has_totals
-
-
-def _add_dicts(batch: list[dict[str, Any]], loaded: _Loaded) -> None:
-    """Add the event dicts of one batch (any event the JSON holds)."""
-    first = len(loaded.spans)
-    added_args = _add_dict_spans(batch, loaded)
-    spans = loaded.spans[first:]
-    loaded.columns.add_spans(spans, _dict_input_types(spans, added_args), _dict_sequences(added_args))
-
-
-def _dict_sequences(batch_args: list[Any]) -> list[int]:
-    """Each span's ``Sequence number`` where it is an int64, else -1 (the typed reader's reading)."""
-    return [
-        number
-        if type(args) is dict
-        and type(number := args.get("Sequence number")) is int
-        and -(2**63) <= number < 2**63
-        else -1
-        for args in batch_args
-    ]
-
-
-def _dict_input_types(spans: list[Span], batch_args: list[Any]) -> tuple[list[int], list[Any]]:
-    """(indices, ``Input type`` values) of the tensor-core-eligible operators among ``spans`` (added from event
-    dicts, ``batch_args`` their args) that have a list of strings there."""
-    picked = [
-        (i, types)
-        for i, (span, args) in enumerate(zip(spans, batch_args, strict=True))
-        if is_tensor_core_eligible(span.name)
-        and type(args) is dict
-        and type(types := args.get("Input type")) is list
-        and all(type(t) is str for t in types)
-    ]
-    return [i for i, _ in picked], [tuple(types) for _, types in picked]
-
-
-def _add_dict_spans(batch: list[dict[str, Any]], loaded: _Loaded) -> list[Any]:
-    """Add the spans of the event dicts of one batch; returns the args of the spans added, in order."""
-    spans, memory, running, lowered = loaded.spans, loaded.memory, loaded.running, loaded.lowered
-    add_span = spans.append
-    added_args: list[Any] = []
-    add_args = added_args.append
-    for event in batch:
-        loaded.count += 1
-        # span_of's work written out for the common event (numbers in range, string name and category)
-        get = event.get
-        cat = get("cat")
-        if cat == PYTHON_FUNCTION_CAT:
-            continue
-        name = get("name")
-        if name == MEMORY_EVENT_NAME:
-            loaded.has_totals = _add_memory_event(event, memory, running) or loaded.has_totals
-            continue
-        if get("ph") != "X":
-            continue
-        ts, dur = get("ts"), get("dur", 0)
-        if (
-            type(name) is str
-            and type(cat) is str
-            and type(ts) in _PLAIN_NUMBERS
-            and type(dur) in _PLAIN_NUMBERS
-            and -_PLAIN_LIMIT < ts < _PLAIN_LIMIT
-            and 0 <= dur < _PLAIN_LIMIT
-        ):
-            args = get("args")
-            external_id = correlation = None
-            if type(args) is dict:
-                external_id = args.get("External id", args.get("external id"))
-                correlation = args.get("correlation")
-            low = lowered.get(cat)
-            if low is None:
-                low = lowered[cat] = sys.intern(cat.lower())
-            add_args(args)
-            start = float(ts)
-            add_span(
-                _new_tuple(
-                    Span,
-                    (
-                        intern(name),
-                        low,
-                        start,
-                        start + float(dur),
-                        get("pid"),
-                        get("tid"),
-                        external_id,
-                        correlation,
-                    ),
-                )
-            )
-            continue
-        try:
-            span = span_of(event)
-        except ValueError as err:
-            loaded.skipped += 1
-            loaded.reason = loaded.reason or f"traceEvents[{loaded.count - 1}]: {err}"
-            continue
-        if span is not None:
-            add_span(span)
-            add_args(event.get("args"))
-    return added_args
-
-
-def _add_memory_event(
-    event: Mapping[str, Any], memory: list[MemorySample], running: dict[int, float]
-) -> bool:
-    """Add the sample of one allocator event dict; True when it is a total."""
-    args = event.get("args")
-    if not isinstance(args, dict):
-        return False
-    sample = (
-        args.get("Device Type"),
-        args.get("Device Id", 0),
-        args.get("Total Allocated"),
-        args.get("Bytes"),
-    )
-    return _add_memory_sample(event.get("ts"), *sample, memory, running)
 
 
 def _add_memory_sample(

@@ -4,13 +4,14 @@ The parsing half of the trace code; the analyses that read parsed data live in
 :mod:`lightning_perf.traces.figures.analysis` (HolisticTraceAnalysis style: parsing kept apart from analyses):
 
 - parsing: :class:`TraceReader` streams the events of ``traceEvents`` (plain or gzip), a read chunk's worth
-  decoded at a time, and gives the top-level metadata, never holding the decompressed file or the whole event
-  list (:func:`iter_events`, :func:`read_metadata`);
+  decoded at a time by msgspec (:mod:`~lightning_perf.traces.read.json_scanner`), and gives the top-level
+  metadata, never holding the decompressed file or the whole event list (:func:`iter_events`,
+  :func:`read_metadata`);
 - rewriting: :func:`rewrite_trace` makes torch-tb-profiler 0.4.3 count DataLoader time and adds the
   ``distributedInfo`` rank that HolisticTraceAnalysis requires; :func:`is_dataloader_span` is the plugin's
   DataLoader rule it relies on.
 
-Standard library only (gzip read through :mod:`~lightning_perf.traces.read.gunzip`: ISA-L where installed);
+Standard library and msgspec (gzip read through :mod:`~lightning_perf.traces.read.gunzip`: ISA-L where installed);
 imports nothing from torch or Lightning. Times are in microseconds, as in the trace.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 from lightning_perf.analysis.numbers import whole
@@ -115,26 +116,21 @@ class TraceReader:
     def event_batches(self) -> Iterator[list[dict[str, Any]]]:
         """The events of traceEvents in file order, in lists of up to a read chunk's worth: the fastest way
         through a trace (no generator step per event)."""
-        self._start_events()
-        self._scanner.batching = True
-        for item in self._items:
-            if item[0] != EVENT:
-                break  # EVENTS_END
-            yield item[1]
-        self._read_tail()
+        for events, _ in self.decoded_batches(dict[str, Any]):
+            yield events
 
-    def typed_batches(self, decode: Callable[[str], list[Any]]) -> Iterator[tuple[list[Any], str | None]]:
-        """Like :meth:`event_batches`, ``decode`` (a typed decoder, e.g. msgspec's) tried first on each batch:
-        (typed events, the batch's JSON array text) where it decodes, else (event dicts, None) as decoded by
-        :mod:`json` (a batch with a value of another type, NaN, control characters...)."""
+    def decoded_batches(self, event_type: Any) -> Iterator[tuple[list[Any], bool]]:
+        """The events of traceEvents in file order, in lists of up to a read chunk's worth, each decoded by
+        msgspec into ``event_type`` (a Struct, or ``dict[str, Any]``) or, where that type cannot hold it (a value
+        of another type, NaN, a control character in a string), :mod:`json`'s dict of it; with whether the
+        whole list is of ``event_type`` (no dicts to tell apart). Can be iterated once (this or
+        :meth:`event_batches` or :meth:`events`)."""
         self._start_events()
-        self._scanner.batching = True
-        self._scanner.typed_decode = decode
+        self._scanner.decode_events_as(event_type)
         for item in self._items:
             if item[0] != EVENT:
                 break  # EVENTS_END
-            text = item[2]
-            yield item[1], text if type(text) is str else None
+            yield item[1], item[2] is None and self._scanner.batch_exact
         self._read_tail()
 
     def _raw_events(self) -> Iterator[tuple[dict[str, Any], str]]:
