@@ -20,7 +20,6 @@ LAYERS = [
     "trial",
     "callback",
     "run_end",
-    "run_end",
     "output",
     "probes",
     "collect",
@@ -42,7 +41,6 @@ LONG_FUNCTIONS = {
     "lightning_perf.probes.num_workers.probe_num_workers",
     "lightning_perf.traces.report.build.build_report",
     "lightning_perf.trial.runner.run_worker",
-    "lightning_perf.tune.run.run_tune",
 }
 
 

@@ -60,27 +60,24 @@ from lightning_perf.cli.common import (
     gate,
 )
 from lightning_perf.output.comparison_chart import write_png
-from lightning_perf.trial.api import run_command_trial
-from lightning_perf.trial.project.command import check_entry, config_command, split_overrides
 from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
     DEFAULT_WARMUP_STEPS,
     TrialError,
-    check_configs,
     check_count,
     check_name,
     check_steps,
-    check_timed_settings,
     check_variant_names,
-    parse_variant,
     prepare_experiment,
 )
-from lightning_perf.tune.project import Entry
+from lightning_perf.tune.project import Project, project_of
+from lightning_perf.tune.variants import VariantArg, parse_variant
 
 HELP = "Run the before/after experiment: a short fit per variant of a Lightning CLI config or your training command, then compare."
 PROG = "lightning-perf trial"
+EXAMPLE = "lightning-perf trial --steps 20 --variant base --variant w4:num_workers=4 -- python train.py"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,21 +149,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        variants = _check_args(args)
+        project, variants = _check_args(args)
     except (TrialError, OSError) as err:
         return error(PROG, err)
     try:
-        config = args.user_command is None  # the config's command: our Lightning CLI entry
-        result = run_command_trial(
-            config_command(args.config, args.cli) if config else args.user_command,
+        result = project.trial(
             variants,
             args.steps,
             args.log_dir,
             args.name,
-            args.timeout_s,
             repeats=args.repeats,
             warmup_steps=args.warmup_steps,
-            config_keys=config,
+            timeout_s=args.timeout_s,
         )
     except (TrialError, OSError) as err:  # OSError: --log-dir is a file, unwritable, on a full disk
         return error(PROG, err)
@@ -205,33 +199,23 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str]]]]:
+def _check_args(args: argparse.Namespace) -> tuple[Project, list[VariantArg]]:
     check_steps(args.steps, "--steps")
     check_count(args.repeats, "--repeats", 1)
     check_count(args.warmup_steps, "--warmup-steps", 0)
     if args.timeout_s is not None and not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
         raise TrialError(f"--timeout-s must be a number of seconds > 0, got {args.timeout_s:g}")
     variants = [parse_variant(text) for text in args.variant]
-    check_variant_names([name for name, _ in variants], "--variant")
-    args.user_command = check_entry(
-        args.config,
-        getattr(args, "user_command", None),
-        args.cli,
-        variants,
-        "lightning-perf trial --steps 20 --variant base --variant w4:num_workers=4 -- python train.py",
-    )
-    if args.user_command is not None:
-        stem = Entry(command=args.user_command).stem()
-    else:
-        check_configs(args.config, args.cli)
-        check_timed_settings(args.config, variants)
-        for name, overrides in variants:
-            split_overrides(name, overrides, "--variant", config_keys=True)
-        stem = os.path.splitext(os.path.basename(args.config[0]))[0]
+    check_variant_names([variant.name for variant in variants], "--variant")
+    project = project_of(args.config, getattr(args, "user_command", None), args.cli, EXAMPLE)
+    project.preflight(variants)
     if args.name is None:
-        args.name = stem
+        args.name = project.stem()
     check_name(args.name, "--name")
     prepare_experiment(
-        os.path.join(args.log_dir, args.name), [n for n, _ in variants], args.overwrite, cli=True
+        os.path.join(args.log_dir, args.name),
+        [variant.name for variant in variants],
+        args.overwrite,
+        cli=True,
     )
-    return variants
+    return project, variants

@@ -37,20 +37,19 @@ import sys
 
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error
-from lightning_perf.trial.project.command import check_entry
 from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
     TrialError,
-    check_configs,
     check_count,
     check_name,
     check_steps,
     check_variant_names,
-    parse_variant,
 )
-from lightning_perf.tune.run import BASELINE, DEFAULT_BUDGET_S, DEFAULT_STEPS, DIAGNOSIS, run_tune
+from lightning_perf.tune.project import project_of
+from lightning_perf.tune.run import BASELINE, DEFAULT_BUDGET_S, DEFAULT_STEPS, DIAGNOSIS, EXAMPLE, run_tune
+from lightning_perf.tune.variants import VariantArg, parse_variant
 
 HELP = "Diagnose a Lightning project (a CLI config or your training command), measure the changes its findings ask for, write the fastest verified one."
 PROG = "lightning-perf tune"
@@ -172,27 +171,20 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if result.decision.judged else EXIT_FAILED
 
 
-def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str]]]]:
+def _check_args(args: argparse.Namespace) -> list[VariantArg]:
     check_steps(args.steps, "--steps")
     check_count(args.repeats, "--repeats", 2)  # one round gives no interval, so no verdict
     if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
         raise TrialError(f"--budget-s must be a number of seconds > 0, got {args.budget_s:g}")
-    extra = [parse_variant(text) for text in args.variant]
-    for name, overrides in extra:
-        if not overrides:
+    variants = [parse_variant(text) for text in args.variant]
+    for variant in variants:
+        if not variant.overrides:
             raise TrialError(
-                f"--variant {name!r}: give its overrides, e.g. {name}:data.init_args.num_workers=8"
+                f"--variant {variant.name!r}: give its overrides, e.g. {variant.name}:data.init_args.num_workers=8"
             )
-    check_variant_names([BASELINE, DIAGNOSIS, *(n for n, _ in extra)], "--variant")
-    args.user_command = check_entry(
-        args.config,
-        getattr(args, "user_command", None),
-        args.cli,
-        extra,
-        "lightning-perf tune -- python train.py",
-    )
-    if args.user_command is None:
-        check_configs([args.config], args.cli)
+    check_variant_names([BASELINE, DIAGNOSIS, *(variant.name for variant in variants)], "--variant")
+    args.user_command = getattr(args, "user_command", None)
+    project_of(args.config, args.user_command, args.cli, EXAMPLE).preflight(variants)
     if args.name is not None:
         check_name(args.name, "--name")
         if os.path.exists(os.path.join(args.log_dir, args.name)):
@@ -200,4 +192,4 @@ def _check_args(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, str
                 f"--name: {os.path.join(args.log_dir, args.name)} already exists; choose another --name "
                 "(or leave it out for a fresh one)"
             )
-    return extra
+    return variants

@@ -48,10 +48,6 @@ MIN_STEPS = 2
 # Names become directories and TensorBoard runs: letters, digits and _.- only, not starting with a dot.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 KEY_PATTERN = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
-# "a=1,b.c=[1,2]" splits only at commas followed by "key=", so values may hold commas (lists, dicts)
-OVERRIDE_SPLIT = re.compile(rf",(?={KEY_PATTERN}=)")
-# settings the trial owns: the step budget and where each run is logged
-RESERVED_KEYS = ("trainer.max_steps", "trainer.logger")
 
 
 class TrialError(LightningPerfError, ValueError):
@@ -220,48 +216,6 @@ def check_variant_names(names: Sequence[str], label: str) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise TrialError(f"{label}: variant names must be unique, repeated: {', '.join(duplicates)}")
-
-
-def parse_variant(text: str) -> tuple[str, list[tuple[str, str]]]:
-    """``"workers4:data.init_args.num_workers=4,trainer.benchmark=true"`` -> name and (key, value) overrides."""
-    usage = "expected NAME or NAME:key=value[,key=value...], e.g. workers4:data.init_args.num_workers=4"
-    name, sep, rest = text.partition(":")
-    check_name(name, "--variant")
-    if not sep:
-        return name, []
-    if not rest:
-        raise TrialError(f"--variant {text!r}: no override after ':'; {usage}")
-    overrides = []
-    for item in OVERRIDE_SPLIT.split(rest):
-        key, eq, value = item.partition("=")
-        if not eq or not re.fullmatch(KEY_PATTERN, key):
-            raise TrialError(f"--variant {text!r}: malformed override {item!r}; {usage}")
-        if any(key == r or key.startswith(r + ".") for r in RESERVED_KEYS):
-            raise TrialError(
-                f"--variant {text!r}: {key} is set by the trial (--steps and --log-dir/--name); "
-                "it cannot be overridden"
-            )
-        check_override_value(text, key, value)
-        overrides.append((key, value))
-    keys = [key for key, _ in overrides]
-    if len(set(keys)) != len(keys):
-        raise TrialError(f"--variant {text!r}: a key is given twice")
-    return name, overrides
-
-
-def check_override_value(text: str, key: str, value: str) -> None:
-    """The Lightning CLI reads an override's value as YAML: one that does not parse fails here, not in a round."""
-    import yaml
-
-    try:
-        load_yaml(value, f"--variant {text!r}: the value of {key}")
-    except YamlBudgetError as err:
-        raise TrialError(str(err)) from None
-    except yaml.YAMLError as err:
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise TrialError(
-            f"--variant {text!r}: the value of {key} ({value!r}) does not parse as YAML: {problem}"
-        ) from None
 
 
 def times_nothing(key: str, value: Any) -> str | None:

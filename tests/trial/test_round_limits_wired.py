@@ -17,7 +17,7 @@ import yaml
 
 from lightning_perf.analysis.summary import Distribution, MachineState, RunSummary, TimingSummary
 from lightning_perf.cli import main
-from lightning_perf.trial import rounds, runner, tune
+from lightning_perf.trial import rounds, runner
 from lightning_perf.trial.api import run_command_trial
 from lightning_perf.trial.decision import Decision
 from lightning_perf.trial.project.command import config_command
@@ -25,6 +25,8 @@ from lightning_perf.trial.proposals import Proposal
 from lightning_perf.trial.rounds import _run_rounds
 from lightning_perf.trial.runner import RoundLimits, RoundReport, Terminated
 from lightning_perf.trial.spec import TrialResult, VariantResult
+from lightning_perf.tune import run as tune
+from lightning_perf.tune.config_project import ConfigProject
 from lightning_perf.tune.run import TuneResult, run_tune
 from tests.helpers import TinyModel
 
@@ -318,7 +320,7 @@ def test_a_terminated_trial_or_tune_says_the_runs_done_are_kept(project, monkeyp
     def terminated(*args, **kwargs):
         raise Terminated(signum)
 
-    monkeypatch.setattr("lightning_perf.cli.trial.run_command_trial", terminated)
+    monkeypatch.setattr(ConfigProject, "trial", terminated)
     monkeypatch.setattr("lightning_perf.cli.tune.run_tune", terminated)
     code = main(["trial", "--config", "exp.yaml", "--steps", "4", "--variant", "a", "--variant", "b"])
     assert code == 128 + signum

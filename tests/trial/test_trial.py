@@ -23,8 +23,9 @@ from lightning_perf.cli import main
 from lightning_perf.output.comparison_chart import TEXT_TAG
 from lightning_perf.trial.api import run_trial
 from lightning_perf.trial.runner import PROTOCOL_PREFIX, run_worker
-from lightning_perf.trial.spec import DEFAULT_WARMUP_STEPS, TrialError, Variant, parse_variant
+from lightning_perf.trial.spec import DEFAULT_WARMUP_STEPS, TrialError, Variant
 from lightning_perf.trial.worker import TrialProgress
+from lightning_perf.tune.variants import parse_variant
 from tests.helpers import TinyDataModule, TinyModel, loader
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -258,10 +259,10 @@ def test_config_without_a_model_is_an_argument_error(workdir, capsys):
 
 
 def test_parse_variant_splits_overrides_only_before_a_key():
-    assert parse_variant("baseline") == ("baseline", [])
+    assert parse_variant("baseline").pair == ("baseline", [])
     assert parse_variant(
         "multi:trainer.devices=[0,1],trainer.benchmark=true,data.init_args.x={a: 1, b: 2}"
-    ) == (
+    ).pair == (
         "multi",
         [("trainer.devices", "[0,1]"), ("trainer.benchmark", "true"), ("data.init_args.x", "{a: 1, b: 2}")],
     )

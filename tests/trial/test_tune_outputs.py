@@ -174,7 +174,8 @@ def test_a_config_folder_that_cannot_take_the_tuned_file_fails_before_the_diagno
 def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(project, capsys, monkeypatch):
     """The folder went read-only during the rounds: the verdict stands, the error names the file and its errno,
     and the exit code is not 0 (the promised output is missing)."""
-    import lightning_perf.tune.project as entry_module
+    from lightning_perf.tune.config_project import ConfigProject
+    from lightning_perf.tune.diagnosis import Diagnosis
 
     write(project / "exp.yaml", COMPUTE_BOUND)
     finding = Finding("input_bound", "high", "input-bound", "evidence", "more workers", {"num_workers": 2})
@@ -185,8 +186,8 @@ def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(
         "sections": {"data": {"prefix": "data.init_args.", "args": {"num_workers": 0}}},
     }
     facts = {"cli": cli, "loaders": [{"num_workers": 0}]}
-    diagnosis = entry_module.Diagnosis(summary, {}, facts, 1.0)
-    monkeypatch.setattr(entry_module.Entry, "diagnose", lambda self, *a: diagnosis)
+    diagnosis = Diagnosis(summary, {}, facts, 1.0)
+    monkeypatch.setattr(ConfigProject, "diagnose", lambda self, *a: diagnosis)
 
     def measured(command, variants, steps, log_dir, name, **kwargs):
         fast = [(80.0, 4), (82.0, 4), (81.0, 4)]
@@ -200,7 +201,7 @@ def test_a_tuned_config_that_cannot_be_written_after_the_rounds_fails_naming_it(
     def read_only(path, changes, overwrite):
         raise OSError(errno.EROFS, "Read-only file system", "exp.tuned.yaml")
 
-    monkeypatch.setattr(entry_module, "run_command_trial", measured)
+    monkeypatch.setattr("lightning_perf.tune.diagnosis.run_command_trial", measured)
     monkeypatch.setattr("lightning_perf.trial.project.terms.write_tuned", read_only)
     code = tune("--config", "exp.yaml", "--steps", STEPS)
     out, err = capsys.readouterr()
@@ -278,7 +279,6 @@ def test_run_trial_refuses_trainer_kwargs_that_time_nothing_and_notes_different_
 def test_trial_exits_non_zero_when_its_comparison_could_not_be_written(project, capsys, monkeypatch):
     """Every variant ran, but comparison.json could not be written (its folder is a file: ENOTDIR, even for
     root): the note says so and the exit code is 1, not 0."""
-    import lightning_perf.cli.trial as trial_cli
     from lightning_perf.trial.api import conclude
 
     write(project / "exp.yaml", COMPUTE_BOUND)
@@ -290,7 +290,7 @@ def test_trial_exits_non_zero_when_its_comparison_could_not_be_written(project, 
             run.summary = run.rounds[0]
         return conclude(TrialResult(name, str(project / "blocked" / name), steps, runs, repeats=2))
 
-    monkeypatch.setattr(trial_cli, "run_command_trial", measured)
+    monkeypatch.setattr("lightning_perf.tune.diagnosis.run_command_trial", measured)
     code = trial("--variant", "a", "--variant", "b:trainer.benchmark=true", "--repeats", "2")
     out, err = capsys.readouterr()
     assert "could not write" in out and "comparison.json" in out, out + err
@@ -300,7 +300,8 @@ def test_trial_exits_non_zero_when_its_comparison_could_not_be_written(project, 
 def test_a_busy_machine_with_nothing_to_try_is_not_measured_not_keep(project, capsys, monkeypatch):
     """make demo beside two CPU hogs: the diagnosis sees only the others holding the cores (no change of the
     config to try); that is no verdict on the config, said as such, exit 1."""
-    import lightning_perf.tune.project as entry_module
+    from lightning_perf.tune.config_project import ConfigProject
+    from lightning_perf.tune.diagnosis import Diagnosis
 
     write(project / "exp.yaml", COMPUTE_BOUND)
     findings = [
@@ -313,8 +314,8 @@ def test_a_busy_machine_with_nothing_to_try_is_not_measured_not_keep(project, ca
         ),
         Finding("input_bound", "info", "Training is not input-bound", "2%", ""),
     ]
-    diagnosis = entry_module.Diagnosis(RunSummary(findings=findings), {"loader_keys": {}}, {}, 1.0)
-    monkeypatch.setattr(entry_module.Entry, "diagnose", lambda self, *a: diagnosis)
+    diagnosis = Diagnosis(RunSummary(findings=findings), {"loader_keys": {}}, {}, 1.0)
+    monkeypatch.setattr(ConfigProject, "diagnose", lambda self, *a: diagnosis)
     code = tune("--config", "exp.yaml", "--steps", STEPS)
     out, _ = capsys.readouterr()
     assert code == 1

@@ -23,8 +23,9 @@ import pytest
 import yaml
 
 from lightning_perf.analysis.run_discovery import load_hparams
-from lightning_perf.trial.spec import TrialError, check_override_value
+from lightning_perf.trial.spec import TrialError
 from lightning_perf.trial.tuned_config import write_tuned
+from lightning_perf.tune.variants import check_override_value
 from lightning_perf.yaml_budget import (
     BRIEF_CHARS,
     MAX_NODES,

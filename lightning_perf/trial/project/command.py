@@ -190,31 +190,6 @@ def check_command(command: Sequence[str]) -> list[str]:
     return list(command)
 
 
-def check_entry(
-    config: object,
-    command: Sequence[str] | None,
-    cli: str | None,
-    variants: Sequence[tuple[str, Sequence[tuple[str, str]]]],
-    example: str,
-) -> list[str] | None:
-    """What tune and trial are given to run: ``--config`` or a command after ``--``, exactly one. A command is
-    checked here (found, no ``--cli``, every ``--variant`` in tune's setting names) and returned; None with a config.
-    """
-    if (config is None) == (command is None):
-        raise TrialError(
-            f"give --config CFG.yaml or your training command after -- (e.g. `{example}`)"
-            + (", not both" if command is not None else "")
-        )
-    if command is None:
-        return None
-    checked = check_command(command)
-    if cli is not None:
-        raise TrialError("--cli: only with --config; a command builds its own CLI")
-    for name, overrides in variants:
-        parse_settings(name, overrides, "--variant")
-    return checked
-
-
 def command_text(command: Sequence[str]) -> str:
     return shlex.join(command)
 
