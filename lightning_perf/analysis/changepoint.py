@@ -205,7 +205,7 @@ def _ratio_interval(before: list[WindowPoint], after: list[WindowPoint]) -> tupl
     # the project's seeded, vectorised scipy.stats.bootstrap (same windows, same interval)
     from lightning_perf.analysis.verdicts.statistics import _percentile_bootstrap
 
-    def arrays(points: list[WindowPoint]) -> np.ndarray:
+    def arrays(points: list[WindowPoint]) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray([p.step_ms * p.steps for p in points]), np.asarray([float(p.steps) for p in points])
 
     (b_total, b_steps), (a_total, a_steps) = arrays(before), arrays(after)

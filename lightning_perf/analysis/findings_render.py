@@ -113,9 +113,9 @@ def render_probe_markdown(probe: Mapping[str, Any]) -> str:
 
 def _plain_text(renderable: Any) -> str:
     """What rich prints, as plain text (no colours): the block goes through logging, not straight to a tty."""
-    console = Console(file=io.StringIO(), width=CONSOLE_WIDTH, color_system=None, highlight=False)
-    console.print(renderable)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()).rstrip("\n")
+    text = io.StringIO()
+    Console(file=text, width=CONSOLE_WIDTH, color_system=None, highlight=False).print(renderable)
+    return "\n".join(line.rstrip() for line in text.getvalue().splitlines()).rstrip("\n")
 
 
 def _verdict_text(finding: Finding) -> str:

@@ -103,8 +103,8 @@ def is_amd(device: str | None) -> bool:
     return device is not None and any(marker in device for marker in AMD_MARKERS)
 
 
-def _amd_without_matrix_cores(cc: list[int] | None, device: str) -> bool:
-    named = any(name in device for name in AMD_NO_MATRIX_CORE_NAMES)
+def _amd_without_matrix_cores(cc: list[int] | None, device: str | None) -> bool:
+    named = device is not None and any(name in device for name in AMD_NO_MATRIX_CORE_NAMES)
     return named or (cc is not None and len(cc) >= 1 and cc[0] == AMD_NO_MATRIX_CORE_MAJOR)
 
 

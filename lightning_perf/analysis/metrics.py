@@ -60,8 +60,17 @@ class Metric:
         return self.name
 
 
-def _w(group: str, name: str, unit: str, meaning: str, **kw) -> Metric:
-    return Metric(group, name, unit, meaning, "window", **kw)
+def _w(
+    group: str,
+    name: str,
+    unit: str,
+    meaning: str,
+    *,
+    across_ranks: bool = False,
+    chart: str | None = None,
+    when: str = "",
+) -> Metric:
+    return Metric(group, name, unit, meaning, "window", across_ranks=across_ranks, chart=chart, when=when)
 
 
 def _s(name: str, label: str, unit: str, better: str | None, meaning: str) -> Metric:

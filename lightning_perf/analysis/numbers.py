@@ -6,6 +6,8 @@ A bool is never a number here (``True`` would otherwise pass as 1).
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Iterable
 from typing import Any
 
 # The project's units, as the metric docs say: every MB is 1e6 bytes and every GB 1e9 (never MiB or GiB).
@@ -24,6 +26,12 @@ def finite(value: Any) -> float | None:
     if not is_number(value) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def median_known(values: Iterable[float | None]) -> float | None:
+    """The median of the values measured (``None`` left out); ``None`` where none was."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def whole(value: Any) -> int | None:

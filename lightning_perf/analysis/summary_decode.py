@@ -70,7 +70,7 @@ def convert(hint: Any, value: Any, where: str) -> Any:
         if hint in (int, float):
             raise FieldError(f"{where}: expected a number, got null")
         return None
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return build(hint, value, where)
     if hint in (int, float):
         return _number(hint, value, where)

@@ -6,6 +6,7 @@ kept while its file is unchanged, so switching panes does not read it again. Eve
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -111,7 +112,7 @@ def trials_pane(logdir: str) -> list[dict[str, Any]]:
             found.append({"name": name, "error": f"{path}: {why}"})
             continue
         try:
-            comparison = cached.get(("trial", stamp(path)), lambda path=path: load_comparison(path))
+            comparison = cached.get(("trial", stamp(path)), functools.partial(load_comparison, path))
             found.append({"name": name, **_with_cells(comparison)})
         except (CompareError, OSError) as err:
             found.append({"name": name, "error": str(err)})

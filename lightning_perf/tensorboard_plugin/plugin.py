@@ -48,7 +48,8 @@ class PerfPlugin(base_plugin.TBPlugin):
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Perf", disable_reload=True)
 
     def get_plugin_apps(self) -> dict[str, Callable[..., Any]]:
-        static = {f"/{name}": self._static for name in os.listdir(STATIC_DIR)}
+        # Request.application makes a WSGI app of a function of the request (bound here: typed as such)
+        static = {f"/{name}": Request.application(self._static) for name in os.listdir(STATIC_DIR)}
         return {
             **static,
             "/runs": self._json(lambda args: {"logdir": self.logdir, "runs": runs.run_list(self.logdir)}),
@@ -59,11 +60,10 @@ class PerfPlugin(base_plugin.TBPlugin):
                 lambda args: panes.compare_pane(self.logdir, args.getlist("run"), args["baseline"])
             ),
             "/trials": self._json(lambda args: {"trials": panes.trials_pane(self.logdir)}),
-            "/file": self._download,
-            "/speedscope": self._speedscope,
+            "/file": Request.application(self._download),
+            "/speedscope": Request.application(self._speedscope),
         }
 
-    @Request.application
     def _static(self, request: Request) -> Response:
         name = os.path.basename(request.path)
         with open(os.path.join(STATIC_DIR, name), "rb") as fh:
@@ -91,7 +91,6 @@ class PerfPlugin(base_plugin.TBPlugin):
 
         return route
 
-    @Request.application
     def _download(self, request: Request) -> Response:
         try:
             path = runs.run_file(self.logdir, request.args["run"], request.args["file"])
@@ -100,7 +99,6 @@ class PerfPlugin(base_plugin.TBPlugin):
         with open(path, "rb") as fh:
             return _attachment(fh.read(), os.path.basename(path))
 
-    @Request.application
     def _speedscope(self, request: Request) -> Response:
         """The trace as a Speedscope file (``lightning-perf report``'s export), made on the click."""
         try:

@@ -93,7 +93,7 @@ def _fix(causes: list[Cause], events: list[CompileEvent], summary: RunSummary) -
     if main == "size":
         dims = Counter((c.tensor, c.dim) for c in picked)
         (tensor, dim), _ = dims.most_common(1)[0]
-        sizes = sorted({c.actual for c in picked} | {c.expected for c in picked} - {None})
+        sizes = sorted({v for c in picked for v in (c.actual, c.expected) if v is not None})
         smaller = {c.actual for c in picked if c.actual is not None and c.expected and c.actual < c.expected}
         in_train = [e for e, c in zip(events, causes, strict=True) if c.kind == "size" and e.stage == "train"]
         at_end = [_last_of_epoch(e, summary.settings.train_batches_per_epoch) for e in in_train]

@@ -22,11 +22,12 @@ Pure: plain rows in, :class:`Finding` s out; imports nothing from torch, Lightni
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lightning_perf.analysis.numbers import finite
+from lightning_perf.analysis.numbers import finite, median_known
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import others
 from lightning_perf.analysis.rules.thresholds import (
@@ -117,6 +118,11 @@ class Straggler:
     waiting: tuple[int, ...] = ()
 
 
+def step_ms(row: RankRow) -> float:
+    """A row's step time; the rules read only rows that measured one (NaN otherwise: it passes no test)."""
+    return row.step_ms if row.step_ms is not None else math.nan
+
+
 def rank_list(ranks: Iterable[int]) -> str:
     """``[0, 1, 2, 3, 5, 7, 8]`` -> ``"0-3, 5, 7-8"``."""
     runs: list[list[int]] = []
@@ -166,7 +172,7 @@ def _waits_for(known: Sequence[RankRow], wait: dict[int, float], slow: int) -> d
         extra = wait[r.rank] - wait[slow]
         if r.rank == slow or extra < STRAGGLER_MIN_GAP_MS:
             continue
-        if 100.0 * extra / r.step_ms >= COLLECTIVE_WAIT_MIN_PCT:  # type: ignore[operator]
+        if 100.0 * extra / step_ms(r) >= COLLECTIVE_WAIT_MIN_PCT:
             out[r.rank] = extra
     return out
 
@@ -192,7 +198,7 @@ def find_straggler(rows: Sequence[RankRow]) -> Straggler | None:
     if len(known) < 2:
         return None
     wait = waits(known)
-    busy = {r.rank: r.step_ms - wait[r.rank] for r in known}  # type: ignore[operator]
+    busy = {r.rank: step_ms(r) - wait[r.rank] for r in known}
     arrived = _last_to_arrive(known, wait, busy)
     if arrived is not None:
         slow, waiting = arrived
@@ -244,13 +250,13 @@ def _arrives_last(slow: RankRow, found: Straggler, rows: Sequence[RankRow]) -> s
 
 def _instead(slow: RankRow, found: Straggler, meanwhile: bool = False) -> str:
     """What the straggler does while the others wait: the part of its step that differs most."""
-    if found.part is None:
+    if found.part is None or found.part_ms is None or found.part_median_ms is None:  # set together
         return (
             f" No one part of rank {slow.rank}'s step (DataLoader, GPU kernels, GPU idle, host-blocking calls) "
             "stands out against the others'."
         )
     label, mine, theirs = PARTS[found.part][0], _fmt(found.part_ms), _fmt(found.part_median_ms)
-    more = _fmt(found.part_ms - found.part_median_ms)  # type: ignore[operator]
+    more = _fmt(found.part_ms - found.part_median_ms)
     if meanwhile:
         return (
             f" Meanwhile rank {slow.rank} spends {mine} ms a step in its {label}, against {theirs} ms median "
@@ -295,10 +301,10 @@ def straggler(rows: Sequence[RankRow]) -> Finding | None:
             "a throttled or shared GPU."
         )
     if found.waited_ms is not None:  # the share of their step the waiting ranks lose
-        median_step = statistics.median(by_rank[r].step_ms for r in found.waiting)  # type: ignore[type-var]
+        median_step = statistics.median(step_ms(by_rank[r]) for r in found.waiting)
         high = median_step > 0 and 100.0 * found.waited_ms / median_step >= STRAGGLER_HIGH_PCT
     else:  # the others' step stretches to the straggler's
-        high = slow.step_ms > 0 and 100.0 * found.lead_ms / slow.step_ms >= STRAGGLER_HIGH_PCT  # type: ignore[operator]
+        high = step_ms(slow) > 0 and 100.0 * found.lead_ms / step_ms(slow) >= STRAGGLER_HIGH_PCT
     return Finding(
         id="straggler",
         severity="high" if high else "medium",
@@ -342,7 +348,7 @@ def collective_wait(rows: Sequence[RankRow]) -> Finding | None:
     late = late_ranks(rows)
     waited_for = f"rank {slow.rank}" if len(late) == 1 else f"ranks {rank_list(late)}"
     median_wait = statistics.median(waiting.values())
-    median_step = statistics.median(by_rank[r].step_ms for r in waiting)  # type: ignore[type-var]
+    median_step = statistics.median(step_ms(by_rank[r]) for r in waiting)
     names = rank_list(waiting)
     plural, verb, their = ("ranks", "wait", "their") if len(waiting) > 1 else ("rank", "waits", "its")
     measured = all(by_rank[r].exposed_comm_ms is not None for r in waiting)
@@ -355,13 +361,13 @@ def collective_wait(rows: Sequence[RankRow]) -> Finding | None:
     )
     if measured:
         how = (
-            f"{their} exposed communication is {_fmt(statistics.median(by_rank[r].exposed_comm_ms for r in waiting))} "  # type: ignore[type-var]
+            f"{their} exposed communication is {_fmt(median_known(by_rank[r].exposed_comm_ms for r in waiting))} "
             f"ms a step (median) against {_fmt(slow.exposed_comm_ms)} ms on rank {slow.rank}"
         )
     else:
         how = (
             f"estimated from {their} host compute, which holds the gradient all-reduce: "
-            f"{_fmt(statistics.median(by_rank[r].compute_ms for r in waiting))} ms a step (median) against "  # type: ignore[type-var]
+            f"{_fmt(median_known(by_rank[r].compute_ms for r in waiting))} ms a step (median) against "
             f"{_fmt(slow.compute_ms)} ms on rank {slow.rank}"
         )
     with_it = [r for r in late if r != slow.rank]

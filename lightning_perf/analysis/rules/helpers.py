@@ -41,7 +41,9 @@ def others_busy(summary: RunSummary) -> bool:
     if machine is None:
         return False
     other, cores = _num(machine.other_cores), machine.cpu_count
-    return other is not None and bool(cores) and other >= NOISY_OTHER_CPU_SHARE * cores
+    if other is None or not cores:
+        return False
+    return other >= NOISY_OTHER_CPU_SHARE * cores
 
 
 def usable_cores(summary: RunSummary) -> int | None:

@@ -136,11 +136,11 @@ def _recompiles_near(summary: RunSummary, found: Slowdown) -> list[str]:
 
 def _across(steps: list[int], values: list[float | None], at: int) -> tuple[float, float] | None:
     """Median memory before and after global step ``at``; None unless both sides were read."""
-    before = [v for s, v in zip(steps, values, strict=False) if s < at and finite(v) is not None]
-    after = [v for s, v in zip(steps, values, strict=False) if s >= at and finite(v) is not None]
+    read = [(s, value) for s, v in zip(steps, values, strict=False) if (value := finite(v)) is not None]
+    before, after = [v for s, v in read if s < at], [v for s, v in read if s >= at]
     if not before or not after:
         return None
-    return statistics.median(before), statistics.median(after)  # type: ignore[type-var]
+    return statistics.median(before), statistics.median(after)
 
 
 def _extra_trace(summary: RunSummary, found: Slowdown) -> str | None:

@@ -156,6 +156,7 @@ def mixed_precision(figures: TraceFigures, settings: Settings | None = None) -> 
     in (:mod:`~lightning_perf.analysis.matrix_cores`: input types, else the run's ``settings``, else kernel
     names). No precision advice to work already in half precision; none to a GPU without tensor cores."""
     cc, device = figures.compute_capability, figures.device_name
+    share: float | None
     if figures.tc_eligible_by:
         split = matrix_core_split(figures.tc_eligible_by, cc, device, settings)
         share, reasons = split.without_pct, split.reasons()

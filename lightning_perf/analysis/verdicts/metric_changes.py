@@ -43,9 +43,9 @@ def metric_change(
             (_finite(spec.get(b)), _finite(spec.get(r)))
             for b, r in zip(rounds[baseline], rounds[run], strict=False)
         ]
-        pairs = [(b, r) for b, r in pairs if b is not None and r is not None]
-        if len(pairs) >= 2:
-            base_values, run_values = [b for b, _ in pairs], [r for _, r in pairs]
+        measured = [(b, r) for b, r in pairs if b is not None and r is not None]
+        if len(measured) >= 2:
+            base_values, run_values = [b for b, _ in measured], [r for _, r in measured]
             if spec.tested == POINTS:
                 return compare_round_differences(base_values, run_values, confidence)
             return compare_rounds(base_values, run_values, confidence, spec.tested)

@@ -15,6 +15,7 @@ from lightning_perf.analysis.rules.cross_rank import (
     diagnose_ranks,
     find_straggler,
     late_ranks,
+    step_ms,
     waiting_ranks,
     waits,
     without_own_communication,
@@ -134,7 +135,7 @@ def _busy_and_wait(rows: list[RankRow], straggler: int | None) -> tuple[dict[int
     decimals."""
     known = [r for r in rows if r.step_ms is not None]
     wait = waits(known)
-    busy = {r.rank: round(r.step_ms - wait[r.rank], 3) for r in known}  # type: ignore[operator]
+    busy = {r.rank: round(step_ms(r) - wait[r.rank], 3) for r in known}
     if straggler is None or any(r.exposed_comm_ms is None for r in known):
         return busy, {}
     return busy, {r.rank: round(max(0.0, wait[r.rank] - wait[straggler]), 3) for r in known}
@@ -149,7 +150,7 @@ def standout(rows: list[RankRow], waited_for: int | None) -> dict[str, int]:
     if not known:
         return {}
     wait = waits(known)
-    busy = {r.rank: r.step_ms - wait[r.rank] for r in known}  # type: ignore[operator]
+    busy = {r.rank: step_ms(r) - wait[r.rank] for r in known}
     ordered = sorted(known, key=lambda r: (busy[r.rank], r.rank))
     picks: dict[str, int | None] = {"slowest": ordered[-1].rank, "waited_for": waited_for, "waits_most": None}
     if waited_for is not None:

@@ -105,7 +105,7 @@ def cores_in_use(summary: RunSummary) -> tuple[float, int] | None:
     other fill the cores as much as running does."""
     cpu, cores = summary.utilization.cpu, usable_cores(summary)
     process = _num(cpu.process_cpu_pct) if cpu else None
-    if process is None or not cores:
+    if cpu is None or process is None or not cores:
         return None
     used = process + (_num(cpu.workers_cpu_pct) or 0.0)
     machine = summary.machine

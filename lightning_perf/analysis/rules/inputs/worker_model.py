@@ -129,7 +129,8 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
     if handoff is None or current is None:
         return None
     means = load_and_compute_ms(summary, handoff)
-    if means is None:
+    step, wait = summary.timing.step_time_ms, summary.timing.data_wait_ms
+    if means is None or step is None or wait is None:  # the means need both
         return None
     load, compute = means
     top = max(cap or 1, current)
@@ -141,10 +142,10 @@ def charged_choice(summary: RunSummary, cap: int | None) -> tuple[int | None, st
     steps = {n: predicted_step_ms(n, load, compute, handoff) for n in counts}
     # the run's own count has its step measured over the whole run, unless its fetches were timed again apart from
     # the busy cores (then its step is the same model's, compute plus that load: one yardstick for every count)
-    cleaned = current == 0 and load < summary.timing.data_wait_ms.mean
+    cleaned = current == 0 and load < wait.mean
     how = "predicted" if cleaned else "measured"
     if not cleaned:
-        steps[current] = summary.timing.step_time_ms.mean
+        steps[current] = step.mean
     best = min(steps.values())
     near = best * (1.0 + NEAR_BEST_STEP_PCT / 100.0)
     if cleaned:
