@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from lightning_perf.analysis.run_discovery import natural_key
 from lightning_perf.analysis.summary import SUMMARY_FILENAME
-from lightning_perf.cli.common import EXIT_OK, error
+from lightning_perf.cli.common import EXIT_OK, error, guard
 from lightning_perf.collect.profiling.capture_request import MAX_AGE_S, write_request
 from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
@@ -111,6 +111,10 @@ def _modified(path: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    return guard(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     run_dir = args.run_dir
     if not os.path.isdir(run_dir):
         return error(PROG, CaptureError(f"{run_dir}: no such run dir"))

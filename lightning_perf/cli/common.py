@@ -1,14 +1,21 @@
-"""What every command shares: exit codes, the ``--format`` and ``--fail-if-slower`` options, error lines."""
+"""What every command shares: exit codes, the ``--format`` and ``--fail-if-slower`` options, error lines, and
+:func:`guard`, how every command ends when stopped or refused."""
 
 from __future__ import annotations
 
 import argparse
+import glob
 import math
+import os
 import sys
+from collections.abc import Callable
 
+from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.analysis.verdicts.comparison import Comparison
 from lightning_perf.analysis.verdicts.regression_gate import gate_lines, regressions
 from lightning_perf.atomic_file import describe_os_error
+from lightning_perf.errors import LightningPerfError
+from lightning_perf.trial.round_signals import Terminated
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a regression, a failed variant, some unreadable traces
@@ -48,6 +55,32 @@ def error(prog: str, err: BaseException, code: int = EXIT_ERROR) -> int:
         where = f"{err.filename}: " if err.filename else ""
         err = f"{where}{describe_os_error(err)}"  # type: ignore[assignment]
     print(f"{prog}: error: {err}", file=sys.stderr)
+    return code
+
+
+def guard(prog: str, body: Callable[[], int], kept: Callable[[], str] | None = None) -> int:
+    """Run a command's ``body`` and return its exit code; every way it ends early says one line on stderr, no
+    traceback: Ctrl-C ``PROG: interrupted`` (130), SIGTERM or SIGHUP ``PROG: terminated`` (128 + the signal; the
+    running worker's process group was stopped first), each followed by ``kept()`` (what stays on disk) where
+    given; one of the project's errors or an OSError ``PROG: error: ...`` (2, an OSError naming its path)."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        return _stopped(prog, "interrupted", EXIT_INTERRUPTED, kept)
+    except Terminated as stop:  # a SystemExit: raised by the trial's signal handlers during a round
+        return _stopped(prog, "terminated", int(stop.code), kept)
+    except (LightningPerfError, OSError) as err:
+        return error(prog, err)
+
+
+def runs_kept(log_dir: str) -> str:
+    """What a stopped trial or tune leaves: the runs done, counted by their summaries under ``log_dir``."""
+    done = glob.glob(os.path.join(glob.escape(log_dir), "**", SUMMARY_FILENAME), recursive=True)
+    return f"the runs done are kept ({len(done)} run summaries under {log_dir})"
+
+
+def _stopped(prog: str, how: str, code: int, kept: Callable[[], str] | None) -> int:
+    print(f"{prog}: {how}" + (f"; {kept()}" if kept is not None else ""), file=sys.stderr)
     return code
 
 

@@ -27,11 +27,11 @@ from lightning_perf.analysis.run_discovery import (
     load_hparams,
     load_summary,
 )
-from lightning_perf.analysis.summary import SUMMARY_FILENAME, SummaryError
+from lightning_perf.analysis.summary import SUMMARY_FILENAME
 from lightning_perf.analysis.verdicts.comparison import CompareError, compare
 from lightning_perf.analysis.verdicts.comparison_metrics import labels_from_settings
 from lightning_perf.analysis.verdicts.comparison_render import render_markdown, render_text, to_json
-from lightning_perf.cli.common import EXIT_OK, add_fail_if_slower, add_format, error, gate
+from lightning_perf.cli.common import EXIT_OK, add_fail_if_slower, add_format, gate, guard
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR, write_png, write_tensorboard
 
 HELP = "Compare runs side by side (before/after) from their perf_summary.json files."
@@ -83,10 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except (CompareError, SummaryError, OSError) as err:  # OSError: an unreadable dir, an unwritable output
-        return error(PROG, err)
+    # CompareError, SummaryError; OSError: an unreadable dir, an unwritable output
+    return guard(PROG, lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:

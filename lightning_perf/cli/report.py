@@ -6,11 +6,9 @@ import argparse
 import sys
 
 from lightning_perf.analysis.rules.cross_rank import rank_list
-from lightning_perf.analysis.summary import SummaryError
-from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, add_format, error
+from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, add_format, error, guard
 from lightning_perf.traces.figures.breakdown import ALIGNMENTS, TB_ALIGNMENT
 from lightning_perf.traces.read.allocator import keep_freed_memory
-from lightning_perf.traces.read.reader import TraceError
 from lightning_perf.traces.report.build import DEFAULT_TOP, ReportError, build_report
 from lightning_perf.traces.report.ranks import detailed_ranks
 from lightning_perf.traces.report.render import render_json, render_markdown, render_text
@@ -106,14 +104,16 @@ def _missing_ranks(report: dict, chosen: list[int] | None) -> ReportError | None
 
 
 def run(args: argparse.Namespace) -> int:
+    # ReportError, TraceError, SummaryError; OSError: an unreadable dir or file
+    return guard(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     keep_freed_memory()  # this process is ours: with --jobs 1 it reads the traces one after another itself
     notices: list[str] = []
-    try:
-        report = build_report(
-            args.run_dir, top=args.top, jobs=args.jobs, notices=notices, alignment=args.alignment
-        )
-    except (ReportError, TraceError, SummaryError, OSError) as err:  # OSError: unreadable dir or file
-        return error(PROG, err)
+    report = build_report(
+        args.run_dir, top=args.top, jobs=args.jobs, notices=notices, alignment=args.alignment
+    )
     for notice in notices:  # how it ran, not what the traces say: the report is the same whatever --jobs
         jobs = "" if args.jobs is None else f" --jobs {args.jobs}:"  # not given: no Python None in the line
         print(f"{PROG}: note:{jobs} {notice}", file=sys.stderr)

@@ -52,15 +52,14 @@ import sys
 from lightning_perf.analysis.verdicts.comparison import CompareError
 from lightning_perf.cli.common import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     add_fail_if_slower,
     add_format,
-    error,
     gate,
+    guard,
+    runs_kept,
 )
 from lightning_perf.output.comparison_chart import write_png
-from lightning_perf.trial.runner import Terminated
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
@@ -148,29 +147,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        project, variants = _check_args(args)
-    except (TrialError, OSError) as err:
-        return error(PROG, err)
-    try:
-        result = project.trial(
-            variants,
-            args.steps,
-            args.log_dir,
-            args.name,
-            repeats=args.repeats,
-            warmup_steps=args.warmup_steps,
-            timeout_s=args.timeout_s,
-        )
-    except (TrialError, OSError) as err:  # OSError: --log-dir is a file, unwritable, on a full disk
-        return error(PROG, err)
-    except KeyboardInterrupt:  # the running worker was stopped; no comparison of a half-done trial
-        print("lightning-perf trial: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Terminated as stop:  # SIGTERM/SIGHUP: the running worker's process group was killed first
-        print(f"{PROG}: terminated; the runs done are kept under {args.log_dir}", file=sys.stderr)
-        return int(stop.code)
+    return guard(PROG, lambda: _run(args), kept=lambda: runs_kept(args.log_dir))
 
+
+def _run(args: argparse.Namespace) -> int:
+    project, variants = _check_args(args)
+    result = project.trial(
+        variants,
+        args.steps,
+        args.log_dir,
+        args.name,
+        repeats=args.repeats,
+        warmup_steps=args.warmup_steps,
+        timeout_s=args.timeout_s,
+    )
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:

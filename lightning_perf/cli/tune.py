@@ -29,15 +29,12 @@ bounds every fit: a round it stops is dropped and the rounds run in full are kep
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import math
 import os
 import sys
 
-from lightning_perf.analysis.summary import SUMMARY_FILENAME
-from lightning_perf.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error
-from lightning_perf.trial.runner import Terminated
+from lightning_perf.cli.common import EXIT_FAILED, EXIT_OK, guard, runs_kept
 from lightning_perf.trial.spec import (
     DEFAULT_LOG_DIR,
     DEFAULT_REPEATS,
@@ -125,42 +122,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        extra = _check_args(args)
-    except (TrialError, OSError) as err:
-        return error(PROG, err)
-    try:
-        result = run_tune(
-            args.config,
-            steps=args.steps,
-            repeats=args.repeats,
-            budget_s=args.budget_s,
-            log_dir=args.log_dir,
-            name=args.name,
-            cli=args.cli,
-            allow_semantic=args.allow_semantic_changes,
-            extra=extra,
-            overwrite=args.overwrite,
-            command=args.user_command,
-        )
-    except (TrialError, OSError) as err:
-        return error(PROG, err)
-    except KeyboardInterrupt:  # the running worker and its process group were stopped by the runner
-        done = glob.glob(os.path.join(args.log_dir, "**", SUMMARY_FILENAME), recursive=True)
-        print(
-            f"{PROG}: interrupted; the runs done are kept ({len(done)} run summaries under {args.log_dir}); "
-            "no tuned config was written",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    except Terminated as stop:  # SIGTERM/SIGHUP: the running worker's process group was killed first
-        done = glob.glob(os.path.join(args.log_dir, "**", SUMMARY_FILENAME), recursive=True)
-        print(
-            f"{PROG}: terminated; the runs done are kept ({len(done)} run summaries under {args.log_dir}); "
-            "no tuned config was written",
-            file=sys.stderr,
-        )
-        return int(stop.code)
+    return guard(
+        PROG, lambda: _run(args), kept=lambda: f"{runs_kept(args.log_dir)}; no tuned config was written"
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    extra = _check_args(args)
+    result = run_tune(
+        args.config,
+        steps=args.steps,
+        repeats=args.repeats,
+        budget_s=args.budget_s,
+        log_dir=args.log_dir,
+        name=args.name,
+        cli=args.cli,
+        allow_semantic=args.allow_semantic_changes,
+        extra=extra,
+        overwrite=args.overwrite,
+        command=args.user_command,
+    )
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
