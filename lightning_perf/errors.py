@@ -25,8 +25,9 @@ def exit_if_cli(err: ConfigError, owner: str) -> None:
     the caller raises ``err`` as usual.
     """
     import sys
+    from types import FrameType
 
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if str(frame.f_globals.get("__name__", "")).startswith("jsonargparse."):
             sys.stderr.write(f"error: {owner}: {err}\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
 
 from lightning_perf import __version__
 
@@ -20,7 +21,7 @@ COMMANDS = {
 }
 
 
-def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
+def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lightning-perf",
         description="Performance profiling, diagnosis and comparison for PyTorch Lightning runs.",
@@ -33,7 +34,7 @@ def build_parser(modules: dict[str, object]) -> argparse.ArgumentParser:
     return parser
 
 
-def _command_modules() -> dict[str, object]:
+def _command_modules() -> dict[str, ModuleType]:
     return {name: importlib.import_module(path) for name, path in COMMANDS.items()}
 
 

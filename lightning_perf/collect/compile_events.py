@@ -188,8 +188,9 @@ class CompileWatch:
             (getattr(self._handler, "remove_start_callback", None), self._started),
             (getattr(self._handler, "remove_end_callback", None), self._ended),
         ):
-            with contextlib.suppress(Exception):  # already gone (torch._dynamo.callback_handler.clear())
-                remove(callback)
+            if remove is not None:
+                with contextlib.suppress(Exception):  # already gone (torch._dynamo.callback_handler.clear())
+                    remove(callback)
         try:
             return self._summarise()
         except Exception as err:

@@ -106,10 +106,11 @@ def write_png(comparison: Comparison, path: str) -> None:
 
 def _chart_rgb(comparison: Comparison) -> Any:
     import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    figure = chart_figure(comparison)
-    figure.canvas.draw()
-    return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+    canvas = FigureCanvasAgg(chart_figure(comparison))  # Agg: renders into memory
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 def write_tensorboard(comparison: Comparison, directory: str) -> None:

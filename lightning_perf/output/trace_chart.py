@@ -103,7 +103,8 @@ def write_png(sections: Sequence[tuple[str, dict[str, Any]]], path: str) -> None
 def chart_rgb(sections: Sequence[tuple[str, dict[str, Any]]]) -> Any:
     """The chart as an H x W x 3 uint8 array (for TensorBoard's add_image)."""
     import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    figure = chart_figure(sections)
-    figure.canvas.draw()
-    return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+    canvas = FigureCanvasAgg(chart_figure(sections))  # Agg: renders into memory
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()

@@ -48,8 +48,8 @@ def read_cycles(trainer: Any, cycles: list[tuple[str, int]], summary: RunSummary
             continue
         figures.source = os.path.basename(path)
         summary.trace_figures.append(figures)
-        metrics = {KERNEL_BUSY_PCT: figures.kernel_busy_pct, COMPUTE_BUSY_PCT: figures.compute_busy_pct}
-        metrics = {tag: value for tag, value in metrics.items() if value is not None}
+        pcts = {KERNEL_BUSY_PCT: figures.kernel_busy_pct, COMPUTE_BUSY_PCT: figures.compute_busy_pct}
+        metrics = {tag: value for tag, value in pcts.items() if value is not None}
         if summary.stage == "fit":
             tensorboard.log_metrics(trainer, metrics, step)
     busy = [f.kernel_busy_pct for f in summary.trace_figures if f.kernel_busy_pct is not None]

@@ -168,7 +168,7 @@ def cudnn_benchmark_ab(
     Call it on one process only where no rank's forward issues a collective; else see :func:`run_on_ranks`.
     """
     reason = skip_reason(module, spec, device, force) or memory_shortfall(device)
-    if reason is not None:
+    if reason is not None or spec is None:  # skip_reason names a missing spec
         return {"applies": False, "reason": reason}
     if synchronize is None:
         synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)

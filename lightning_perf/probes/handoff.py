@@ -149,7 +149,7 @@ def _time_loading(iterator: Any, budget_s: float, result: HandOff) -> None:
     """The loading's own cost: batches fetched in this process (0 workers) after the first, each timed; the first
     ``LOAD_WARMUP_BATCHES`` of them are left out where later ones were timed (the allocator's first requests for
     a batch's memory fault it in: 30 ms against 14 ms for a 12.6 MB batch here)."""
-    start, times = time.perf_counter(), []
+    start, times = time.perf_counter(), list[float]()
     while len(times) < LOAD_WARMUP_BATCHES + LOAD_BATCHES and (
         not times or time.perf_counter() < start + budget_s
     ):

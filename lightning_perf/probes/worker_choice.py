@@ -144,10 +144,10 @@ def suggest_from_candidates(
     if compute_batches_per_sec is None:
         fastest = max(measured, key=lambda c: c["batches_per_sec"])
         line = fastest["batches_per_sec"] / margin
-        pick = next(c for c in measured if c["batches_per_sec"] >= line)
-        return pick["num_workers"], (
-            f"no compute rate measured: num_workers={pick['num_workers']} delivers "
-            f"{pick['batches_per_sec']:.1f} batches/s, within {margin:g}x of the fastest measured "
+        within = next(c for c in measured if c["batches_per_sec"] >= line)
+        return within["num_workers"], (
+            f"no compute rate measured: num_workers={within['num_workers']} delivers "
+            f"{within['batches_per_sec']:.1f} batches/s, within {margin:g}x of the fastest measured "
             f"({fastest['batches_per_sec']:.1f} batches/s with {fastest['num_workers']})" + tail
         )
     compute_ms = 1000.0 / compute_batches_per_sec

@@ -54,7 +54,7 @@ class Progress:
     def add_round(self) -> None:
         """One more round than planned (the verdict was undecided): the bar grows by it."""
         self.rounds += 1
-        self.bar.total += self.variants * self._round_steps
+        self.bar.total = (self.bar.total or 0) + self.variants * self._round_steps
         self.bar.refresh()
 
     def start(self, round_index: int, variant_index: int, name: str, steps: int) -> None:

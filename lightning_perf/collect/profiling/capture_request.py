@@ -79,7 +79,8 @@ class RequestInbox:
     def __init__(self, run_dir: str | None, started: float) -> None:
         self.path = request_path(run_dir) if run_dir else None
         self.started = started
-        self._ignored: tuple[int, int] | None = None  # (mtime_ns, size) of a bad request we could not remove
+        # (inode, mode, mtime_ns, size) of a bad request we could not remove
+        self._ignored: tuple[int, int, int, int] | None = None
 
     def take(self, now: float | None = None) -> CaptureRequest | None:
         """The pending request, removed from the dir; None when there is none or it is ignored (warned)."""
@@ -147,9 +148,9 @@ class RequestInbox:
 
     def _not_a_file(self, mode: int) -> str:
         what = file_kind(mode)
-        if stat.S_ISLNK(mode):
+        if stat.S_ISLNK(mode) and self.path is not None:
             with contextlib.suppress(OSError):
-                what += f" to {os.readlink(self.path)!r}"  # type: ignore[arg-type]
+                what += f" to {os.readlink(self.path)!r}"
         return f"it is {what}, not a regular file (`lightning-perf capture RUN_DIR` writes a plain file)"
 
 

@@ -62,8 +62,8 @@ def ranks_to_trace(world_size: int, ranks_per_node: int | Sequence[int], setting
 
 def node_starts(world_size: int, ranks_per_node: int | Sequence[int]) -> list[int]:
     """The first global rank of each node."""
-    if isinstance(ranks_per_node, int) and not isinstance(ranks_per_node, bool):
-        if ranks_per_node < 1:
+    if isinstance(ranks_per_node, int):
+        if isinstance(ranks_per_node, bool) or ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be >= 1, got {ranks_per_node}")
         return list(range(0, world_size, ranks_per_node))
     starts = sorted({int(rank) for rank in ranks_per_node} | {0})

@@ -32,6 +32,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from lightning_perf import console
@@ -230,9 +231,10 @@ class UtilSampler:
                 nvml = self._nvml
                 if nvml is None:
                     try:
-                        import pynvml as nvml
+                        import pynvml
                     except ImportError as err:
                         raise GpuUnavailable("nvidia-ml-py (pynvml) not installed") from err
+                    nvml = pynvml
                 self._gpu = NvmlBackend.open(nvml, self.cuda_devices, self._uuid_lookup, self._pci_lookup)
                 self.nvml_uuids, self._gpu_names = self._gpu.uuids, self._gpu.names
                 self._compute_capability = self._gpu.compute_capability
@@ -313,7 +315,7 @@ class UtilSampler:
                 else:
                     self._workers_time[2] += queue
 
-    def _add(self, sample: dict[str, float], rows: list[dict[str, float]] = ()) -> None:
+    def _add(self, sample: dict[str, float], rows: Sequence[dict[str, float]] = ()) -> None:
         with self._lock:
             self._window.add(sample)
             self._run.add(sample)

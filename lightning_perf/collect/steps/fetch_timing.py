@@ -12,6 +12,7 @@ a listener. The swap touches one object for one run and is undone at the end; Li
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from time import perf_counter
 from typing import Any, Protocol
 
@@ -31,7 +32,7 @@ class FetchListener(Protocol):
     def iterator_created(self, seconds: float) -> None: ...
 
 
-def _timed_class(base: type) -> type:
+def _timed_class(base: type[Iterator[Any]]) -> type:
     cls = _TIMED_CLASSES.get(base)
     if cls is not None:
         return cls

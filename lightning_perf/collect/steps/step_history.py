@@ -80,7 +80,11 @@ class StepQuantiles:
         n = merged.count
         if n == 0:
             return None
-        quantile = merged.sketch.get_quantile_value
+
+        def quantile(q: float) -> float:  # a float for any q: the sketch holds n > 0 values
+            value = merged.sketch.get_quantile_value(q)
+            return math.nan if value is None else value
+
         ranks = median_interval_ranks(n)
         return Distribution(
             count=n,

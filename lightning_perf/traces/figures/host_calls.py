@@ -72,6 +72,7 @@ def issuing_operators(spans: Iterable[Span], inner_index: dict[int, int] | None 
     order, threads = cols.nesting_order(operators | calls, before=calls.astype(np.int8))
     found: dict[int, Issuer] = {}
     issuers: dict[tuple[str | None, str | None], Issuer] = {}  # one Issuer per (inner, outer) pair
+    pair: tuple[str | None, str | None]  # the (inner, outer) operators of a call
     stack: list[str] = []  # the names of the operators open at this point of the walk
     stack_ends: list[float] = []
     stack_index: list[int] = []  # their span indices, kept only for inner_index
@@ -110,13 +111,13 @@ def issuing_operators(spans: Iterable[Span], inner_index: dict[int, int] | None 
             and stack_ends[0] + TIME_TOLERANCE_US >= end
         ):
             pair = (stack[-1], stack[0])  # the common case, inline: the top and the bottom both last
-            if keep_index:
-                inner_index[index] = stack_index[-1]  # type: ignore[index]
+            if inner_index is not None:
+                inner_index[index] = stack_index[-1]
         else:
             depths = _innermost_and_outermost(stack_ends, end)
             pair = (None, None) if depths is None else (stack[depths[0]], stack[depths[1]])
-            if keep_index and depths is not None:
-                inner_index[index] = stack_index[depths[0]]  # type: ignore[index]
+            if inner_index is not None and depths is not None:
+                inner_index[index] = stack_index[depths[0]]
         issuer = issuers.get(pair)
         if issuer is None:
             issuer = issuers[pair] = Issuer(*pair)

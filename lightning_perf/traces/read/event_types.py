@@ -42,7 +42,8 @@ class EventArgs(msgspec.Struct, gc=False):
     bytes: Any = msgspec.field(default=UNSET, name="Bytes")
     # the JSON text as written (any value: checked when read), not parsed: only tensor-core-eligible operators'
     # are kept, coded by their text, and the few hundred distinct texts parsed at the end
-    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
+    # None where absent: msgspec takes no ``Raw | None`` (a null would decode as None, any other value fail)
+    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")  # type: ignore[assignment]
 
 
 class Event(msgspec.Struct, gc=False):

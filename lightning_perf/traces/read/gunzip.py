@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from typing import IO, BinaryIO
+from types import ModuleType
+from typing import IO, BinaryIO, cast
 
+_gzip_module: ModuleType = gzip
+_isal_error: type[BaseException] = zlib.error
 try:
-    from isal import igzip as _gzip_module
-    from isal.isal_zlib import error as _isal_error
+    from isal import igzip, isal_zlib
+
+    _gzip_module = igzip
+    _isal_error = cast(type[BaseException], isal_zlib.error)  # isal's stub types the class as an instance
 except ImportError:  # no wheel for this platform: zlib's gzip, the same results more slowly
-    _gzip_module = gzip
-    _isal_error = zlib.error
+    pass
 
 # What reading a gzip stream raises on corrupt or truncated data, whichever decompressor reads it.
 GZIP_ERRORS: tuple[type[BaseException], ...] = (gzip.BadGzipFile, EOFError, zlib.error, _isal_error)
@@ -34,4 +38,4 @@ def open_gzip_text(path: str, errors: str = "strict") -> IO[str]:
 
 def open_gzip(path: str) -> BinaryIO:
     """``path`` (gzip) as bytes, with the same decompressor as :func:`open_gzip_text`."""
-    return _gzip_module.open(path, "rb")  # type: ignore[return-value]
+    return _gzip_module.open(path, "rb")

@@ -68,10 +68,10 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
     ts = event.get("ts")
     dur = event.get("dur", 0)
     try:
-        bad = finite(ts) is None or finite(dur) is None or dur < 0 or not math.isfinite(ts + dur)
+        start, length = finite(ts), finite(dur)
     except OverflowError:  # an integer too large for a float
-        bad = True
-    if bad:
+        start = length = None
+    if start is None or length is None or length < 0 or not math.isfinite(start + length):
         raise ValueError(
             f"event {event.get('name')!r} has no finite ts or no finite dur >= 0: ts={ts!r}, dur={dur!r}"
         )
@@ -83,8 +83,8 @@ def span_of(event: Mapping[str, Any]) -> Span | None:
     return Span(
         sys.intern(str(event.get("name", ""))),  # a few hundred distinct names over ~1e5 events
         sys.intern(str(event.get("cat", "")).lower()),
-        float(ts),
-        float(ts) + float(dur),
+        start,
+        start + length,
         event.get("pid"),
         event.get("tid"),
         external_id,
@@ -145,8 +145,11 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class SpanList(list):  # type: ignore[type-arg]
+class SpanList(list["Span"]):
     """The spans :func:`load_trace` made (Span tuples only): :func:`as_spans` takes it without a check."""
+
+    # its SpanColumns, made once by columns_of (typed Any: columns.py imports this module)
+    columns: Any = None
 
 
 def as_spans(events: Iterable[Mapping[str, Any] | Span]) -> list[Span]:

@@ -112,7 +112,7 @@ def _head(path: str) -> str:
                 len(head) < SNIFF_CHARS and '"traceEvents"' not in head and (chunk := fh.read(_SNIFF_CHUNK))
             ):
                 head += chunk
-    except (OSError, *GZIP_ERRORS):
+    except GZIP_ERRORS + (OSError,):
         pass  # a truncated file still shows its start
     return head
 

@@ -33,8 +33,8 @@ def group_runs(sections: list[dict[str, Any]]) -> Runs:
         order: dict[tuple[Any, Any], int] = {}
         for rank in {rank for rank, _ in first_start}:
             known = sorted((t, str(p)) for (r, p), t in first_start.items() if r == rank and p is not None)
-            for index, (_, process) in enumerate(known):
-                order[(rank, process)] = index
+            for index, (_, name) in enumerate(known):
+                order[(rank, name)] = index
         parts: dict[int, list[dict[str, Any]]] = {}
         for section in group:
             process = section.get("process")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -118,12 +118,14 @@ def _fused_runs(optimizer: torch.optim.Optimizer, taken: Mapping[str, Any]) -> b
     """One step of a fused copy of the optimizer (its class and options) on a tensor of each of its parameters'
     device and dtype: torch refuses a device or dtype it has no fused kernel for there."""
     kinds = {(p.device, p.dtype) for group in optimizer.param_groups for p in group["params"]}
+    # the optimizer's own class: its keywords (``fused`` among them), not the base Optimizer's
+    make: Callable[..., torch.optim.Optimizer] = type(optimizer)
     options = {k: v for k, v in optimizer.defaults.items() if k in taken and k not in (FUSED, FOREACH)}
     for device, dtype in kinds:
         probe = torch.zeros(2, device=device, dtype=dtype, requires_grad=True)
         probe.grad = torch.zeros_like(probe)
         try:
-            type(optimizer)([probe], **options, fused=True).step()
+            make([probe], **options, fused=True).step()
         except Exception:  # noqa: BLE001 - any refusal means: not fused here
             return False
     return bool(kinds)

@@ -143,12 +143,13 @@ def hydra_facts(trainer: Any, datamodule: Any) -> dict[str, Any] | None:
         if found is not None:
             path, node = found
             nodes[role] = {"path": path, "keys": _plain({k: v for k, v in node.items() if k != "_target_"})}
+    choices = OmegaConf.to_container(hc.runtime.choices)  # a dict: the choices are a DictConfig
     return {
         "config_dir": config_dir,
         "config_name": hc.job.config_name,
-        "choices": {
-            k: v for k, v in OmegaConf.to_container(hc.runtime.choices).items() if isinstance(v, str)
-        },
+        "choices": {k: v for k, v in choices.items() if isinstance(v, str)}
+        if isinstance(choices, dict)
+        else {},
         "overrides": list(hc.overrides.task),
         "nodes": nodes,
     }

@@ -27,6 +27,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from lightning_perf.trial.project.command import LOADER_SETTINGS, RUN_ENV, TRAINER_SETTINGS
@@ -132,7 +133,7 @@ def _library_dirs() -> tuple[str, ...]:
 def call_site(obj: Any) -> str | None:
     """``file:line`` of the user's code that built ``obj``: the first frame outside the libraries and outside
     ``obj``'s own ``__init__`` chain (a DataLoader subclass calling ``super().__init__``)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     skip = _library_dirs()
     while frame is not None:
         code = frame.f_code
