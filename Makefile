@@ -37,9 +37,13 @@ gpu-check: venv
 	$(BIN)/python benchmarks/gpu_check.py
 
 lint: venv
+# mypy reads its settings and its baseline of modules not checked yet from pyproject.toml ([tool.mypy]); vulture
+# reports code nothing uses, less the names frameworks read (vulture_whitelist.py)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+	$(BIN)/mypy
+	$(BIN)/vulture lightning_perf vulture_whitelist.py --min-confidence 80
 # PYTHONFAULTHANDLER: a test process (or a rank it spawns) that dies of a signal prints every thread's stack.
 # PYTEST_JOBS: the suite in that many worker processes (pytest-xdist): one a core, at most 4 (most tests are one
 # Python thread running a tiny fit; the suite took 16.4 min in one process on 2 cores, 11.0 min in two)

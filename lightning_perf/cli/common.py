@@ -68,7 +68,7 @@ def guard(prog: str, body: Callable[[], int], kept: Callable[[], str] | None = N
     except KeyboardInterrupt:
         return _stopped(prog, "interrupted", EXIT_INTERRUPTED, kept)
     except Terminated as stop:  # a SystemExit: raised by the trial's signal handlers during a round
-        return _stopped(prog, "terminated", int(stop.code), kept)
+        return _stopped(prog, "terminated", 128 + stop.signum, kept)
     except (LightningPerfError, OSError) as err:
         return error(prog, err)
 
