@@ -374,7 +374,6 @@ METRICS: tuple[Metric, ...] = (
 WINDOW_METRICS = tuple(m for m in METRICS if m.kind == "window")
 SUMMARY_METRICS = tuple(m for m in METRICS if m.kind == "summary")
 ACROSS_RANKS = tuple(m for m in METRICS if m.across_ranks)
-GPU_WINDOW_METRICS = (GPU_UTIL, GPU_MEM_UTIL, GPU_MEM_USED, GPU_POWER, GPU_SM_CLOCK)
 
 # tags of 0.1.0, before the regrouping into TensorBoard sections: CHANGELOG's migration note lists these
 RENAMED_FROM = {

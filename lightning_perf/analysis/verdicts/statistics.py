@@ -49,7 +49,6 @@ TIME = "time"  # run / baseline of a time (below 1: less time, faster); verdict 
 RATE = "rate"  # run / baseline of a rate such as samples/s (above 1: faster); verdict faster / slower
 RATIO = "ratio"  # run / baseline of any other quantity; verdict higher / lower
 POINTS = "points"  # run - baseline of a share, in percentage points; verdict higher / lower
-KINDS = (TIME, RATE, RATIO, POINTS)
 HIGHER = "higher"
 LOWER = "lower"
 

@@ -15,7 +15,6 @@ Standard library only; imports nothing from torch or Lightning. Times are in mic
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -102,16 +101,6 @@ def kernel_busy_pct(
         raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
     busy = intersect(union_of(cols, kernels), intervals_window(start, end)).length()
     return 100.0 * busy / (end - start)
-
-
-_START, _END = operator.itemgetter(2), operator.itemgetter(3)  # Span.start, Span.end: C-level getters
-
-
-def _outer_first(spans: list[Span]) -> None:
-    """Sort by start, the longer (enclosing) span first: two stable sorts on C-level float keys give the order
-    of the key (start, -end) without a Python call per span."""
-    spans.sort(key=_END, reverse=True)  # reverse=True keeps equal ends in their order: still stable
-    spans.sort(key=_START)
 
 
 @dataclass

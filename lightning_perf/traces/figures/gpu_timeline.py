@@ -59,10 +59,6 @@ def is_communication_kernel(name: str) -> bool:
     return is_communication_kernel_name(name)  # the vendor table (nccl, rccl, msccl) in traces/vendors.py
 
 
-def is_compute_kernel(span: Span) -> bool:
-    return span.cat in KERNEL_CATS and not is_communication_kernel(span.name)
-
-
 @dataclass
 class GpuTimeline:
     """HTA's temporal breakdown (times in microseconds); the three shares sum to 100."""

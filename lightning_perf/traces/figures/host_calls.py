@@ -10,7 +10,6 @@ Standard library and numpy. Times are in microseconds, as in the trace.
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -54,9 +53,6 @@ class Issuer(NamedTuple):
 
 
 # Span.start and Span.end by index: C-level sort keys (no Python call, no key tuple per span)
-_START, _END = operator.itemgetter(2), operator.itemgetter(3)
-
-
 def issuing_operators(spans: Iterable[Span], inner_index: dict[int, int] | None = None) -> dict[int, Issuer]:
     """Each runtime call's :class:`Issuer`, by the call's index in the span list (of :func:`columns_of`), by
     nesting on the calling thread (ProfilerStep# and other user annotations are not operators). ``inner_index``,
@@ -72,11 +68,11 @@ def issuing_operators(spans: Iterable[Span], inner_index: dict[int, int] | None 
     order, threads = cols.nesting_order(operators | calls, before=calls.astype(np.int8))
     found: dict[int, Issuer] = {}
     issuers: dict[tuple[str | None, str | None], Issuer] = {}  # one Issuer per (inner, outer) pair
-    pair: tuple[str | None, str | None]  # the (inner, outer) operators of a call
     stack: list[str] = []  # the names of the operators open at this point of the walk
     stack_ends: list[float] = []
     stack_index: list[int] = []  # their span indices, kept only for inner_index
     keep_index = inner_index is not None
+    pair: tuple[str | None, str | None]  # the (inner, outer) operators of a call
     thread = None
     walk = zip(
         order.tolist(),
