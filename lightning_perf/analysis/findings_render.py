@@ -10,7 +10,7 @@ Lightning or torch.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
@@ -27,6 +27,7 @@ from lightning_perf.analysis.compute.anatomy_text import (
 from lightning_perf.analysis.compute.limit import mfu_line
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.probe_results import NumWorkersProbe
 from lightning_perf.analysis.rules.helpers import change_text
 from lightning_perf.analysis.rules.thresholds import ARGUMENT_TARGETS, SETTING_TARGETS, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
@@ -88,10 +89,10 @@ def render_console(findings: Sequence[Finding], max_lines: int = 5, head: str | 
     return head + "\n" + _plain_text(table)
 
 
-def render_probe_markdown(probe: Mapping[str, Any]) -> str:
+def render_probe_markdown(probe: NumWorkersProbe) -> str:
     """The num_workers probe as a Markdown table: delivered batches/s per num_workers, the model's rate."""
     rows = []
-    for candidate in probe.get("candidates", []):
+    for candidate in probe.candidates:
         rows.append(
             [
                 str(candidate.get("num_workers")),
@@ -104,10 +105,10 @@ def render_probe_markdown(probe: Mapping[str, Any]) -> str:
     lines += markdown.table(
         ["num_workers", "batches/s", "start-up (ms)", "error"], rows, right_aligned={0, 1, 2}
     )
-    compute = _num(probe.get("compute_batches_per_sec"))
+    compute = _num(probe.compute_batches_per_sec)
     lines += ["", f"The model computes {_fmt(compute)} batches/s."] if compute is not None else []
-    if probe.get("suggested") is not None:
-        lines += ["", f"Suggested: `num_workers={probe['suggested']}`. {probe.get('reason', '')}".rstrip()]
+    if probe.suggested is not None:
+        lines += ["", f"Suggested: `num_workers={probe.suggested}`. {probe.reason}".rstrip()]
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ from lightning_perf.analysis.compile_summary import CompileSummary
 from lightning_perf.analysis.compute.anatomy import StepAnatomy
 from lightning_perf.analysis.compute.limit import ComputeLimit
 from lightning_perf.analysis.memory_series import MemorySeries
+from lightning_perf.analysis.probe_results import Probes
 from lightning_perf.analysis.summary_decode import FieldError, build, suspects
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.analysis.verdicts.statistics import median_interval
@@ -321,8 +322,8 @@ class RunSummary:
     ranks: list[RankStats] = field(default_factory=list)
     # the global ranks that record torch profiler traces in this job (``trace_ranks``); empty without profiling
     trace_ranks: list[int] = field(default_factory=list)
-    # results of measured probes (num_workers sweep, cudnn.benchmark A/B), free-form by probe name
-    probes: dict[str, Any] = field(default_factory=dict)
+    # results of the probes measured after the last step (num_workers sweep, a worker's hand-off, cudnn.benchmark A/B)
+    probes: Probes = field(default_factory=Probes)
     # what each profiled cycle with CUDA activity shows (traces.gpu_figures), in the order recorded
     trace_figures: list[TraceFigures] = field(default_factory=list)
     # the machine's state during the run; None when it could not be read
@@ -340,6 +341,7 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["probes"] = self.probes.to_dict()  # the probes that ran, each under its name (as always written)
         return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, **data}
 
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any
 from lightning_perf import console
 from lightning_perf.analysis import metrics as registry
 from lightning_perf.analysis.markdown import for_text_tab
+from lightning_perf.analysis.probe_results import NumWorkersProbe
 from lightning_perf.collect.namespaces import is_instance
 from lightning_perf.output import hparams_experiment, hparams_tab, other_loggers
 
@@ -227,7 +228,7 @@ def write_custom_scalars_layout(trainer: Any) -> None:
         log.warning("lightning-perf: could not write the custom scalars layout: %s", err)
 
 
-def log_num_workers_probe(trainer: Any, probe: Mapping[str, Any]) -> None:
+def log_num_workers_probe(trainer: Any, probe: NumWorkersProbe) -> None:
     """The probe as a table in the Text tab: its x axis is num_workers, not the step, so it is no chart."""
     from lightning_perf.analysis.findings_render import render_probe_markdown
 

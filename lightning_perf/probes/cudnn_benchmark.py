@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from lightning_perf.analysis.probe_results import CudnnAB
 from lightning_perf.collect.settings_fingerprint import model_has_conv
 
 # passes discarded while cuDNN autotunes (benchmark mode searches on the first pass of a shape)
@@ -160,16 +161,16 @@ def cudnn_benchmark_ab(
     precision_plugin: Any = None,
     synchronize: Callable[[], None] | None = None,
     force: bool = False,
-) -> dict[str, Any]:
+) -> CudnnAB:
     """Time ``module`` forward+backward with cudnn.benchmark off and on, on one rank; everything is restored.
 
-    Returns a JSON-ready dict: ``applies`` (bool) and ``reason`` always; ``off_ms``, ``on_ms`` (medians) and
+    Returns a :class:`CudnnAB`: ``applies`` and ``reason`` always; ``off_ms``, ``on_ms`` (medians) and
     ``speedup`` (off / on) when it ran. ``force`` runs it also where cuDNN is not used (tests on CPU).
     Call it on one process only where no rank's forward issues a collective; else see :func:`run_on_ranks`.
     """
     reason = skip_reason(module, spec, device, force) or memory_shortfall(device)
     if reason is not None or spec is None:  # skip_reason names a missing spec
-        return {"applies": False, "reason": reason}
+        return CudnnAB(applies=False, reason=reason or "")
     if synchronize is None:
         synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     forward_context = getattr(precision_plugin, "forward_context", None) or contextlib.nullcontext
@@ -194,7 +195,9 @@ def cudnn_benchmark_ab(
                 results[label] = _timed_passes(module, inputs, synchronize, forward_context, TIMED_PASSES)
             del inputs
     except Exception as err:  # a model whose forward does not take the batch's first tensor, OOM, ...
-        return {"applies": False, "reason": f"could not time the model on a batch like the training's: {err}"}
+        return CudnnAB(
+            applies=False, reason=f"could not time the model on a batch like the training's: {err}"
+        )
     finally:
         torch.backends.cudnn.benchmark = user_setting
         module.train(was_training)
@@ -204,14 +207,14 @@ def cudnn_benchmark_ab(
         with contextlib.suppress(Exception):
             synchronize()
     off_ms, on_ms = statistics.median(results["off"]), statistics.median(results["on"])
-    return {
-        "applies": True,
-        "reason": f"median of {TIMED_PASSES} forward+backward passes on a batch shaped like the training's",
-        "off_ms": off_ms,
-        "on_ms": on_ms,
-        "speedup": off_ms / on_ms if on_ms > 0 else None,
-        "user_setting": user_setting,
-    }
+    return CudnnAB(
+        applies=True,
+        reason=f"median of {TIMED_PASSES} forward+backward passes on a batch shaped like the training's",
+        off_ms=off_ms,
+        on_ms=on_ms,
+        speedup=off_ms / on_ms if on_ms > 0 else None,
+        user_setting=user_setting,
+    )
 
 
 def run_on_ranks(
@@ -223,7 +226,7 @@ def run_on_ranks(
     agree: Agree | None,
     precision_plugin: Any = None,
     force: bool = False,
-) -> dict[str, Any]:
+) -> CudnnAB:
     """The A/B as a run ends, on every rank: alone in a single process, else all ranks together or none.
 
     ``agree(ready)`` is a collective answering whether every rank is ready; it is None when not every rank
@@ -232,18 +235,16 @@ def run_on_ranks(
     """
     if world_size > 1:
         if agree is None:
-            return {
-                "applies": False,
-                "reason": "not every rank ended training together: a forward pass on some ranks only could "
+            return CudnnAB(
+                applies=False,
+                reason="not every rank ended training together: a forward pass on some ranks only could "
                 "wait forever on a collective (SyncBatchNorm, FSDP, DeepSpeed)",
-            }
+            )
         local = skip_reason(module, spec, device, force) or memory_shortfall(device)
         if not agree(local is None):
-            return {"applies": False, "reason": local or "another rank cannot run it, so no rank does"}
+            return CudnnAB(applies=False, reason=local or "another rank cannot run it, so no rank does")
     result = cudnn_benchmark_ab(module, spec, device, precision_plugin=precision_plugin, force=force)
-    if world_size > 1 and result.get("applies"):
-        result["ranks"] = world_size
-        collectives = collective_modules(module)
-        if collectives:
-            result["collective_modules"] = collectives
+    if world_size > 1 and result.applies:
+        result.ranks = world_size
+        result.collective_modules = collective_modules(module)
     return result

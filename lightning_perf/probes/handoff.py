@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from lightning_perf.analysis.probe_results import HandOff
 from lightning_perf.probes.loader_copy import copy_loader, preserved_random_state
 
 DEFAULT_BUDGET_S = 0.3
@@ -42,29 +42,6 @@ LOAD_WARMUP_BATCHES = 2
 PAGE_BYTES = 4096
 # A worker that has not delivered in this long is stuck: the measurement ends as an error.
 TIMEOUT_S = 10.0
-
-
-@dataclass
-class HandOff:
-    """The measured hand-off; JSON-serialisable via ``dataclasses.asdict`` (``summary.probes["handoff"]``).
-
-    ``ms_per_batch``: steady wall time per batch delivered by one worker replaying the run's batch (None when not
-    measured); ``main_ms``: this thread's CPU time per batch received and read (``touch_ms`` of it reading one
-    value of each page, the faults a training step takes on a received batch); ``load_ms``: the wall time per batch of
-    ``load_batches`` batches fetched in this process with 0 workers (the loading alone, no hand-off);
-    ``batch_bytes`` and ``tensors``: what one
-    batch holds; ``batches``: batches timed; ``error``: why it was not measured ("" when it was).
-    """
-
-    ms_per_batch: float | None = None
-    main_ms: float | None = None
-    touch_ms: float | None = None
-    load_ms: float | None = None
-    load_batches: int = 0
-    batch_bytes: int = 0
-    tensors: int = 0
-    batches: int = 0
-    error: str = ""
 
 
 class _Replay(Dataset):

@@ -33,12 +33,13 @@ import math
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_perf.analysis.numbers import finite, whole
+from lightning_perf.analysis.probe_results import NumWorkersProbe
 from lightning_perf.analysis.rules.noise import noisy_machine
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.sampling.machine_state import MachineWatch
@@ -92,33 +93,6 @@ def probe_budget(train_wall_s: float | None, cap_s: float, mode: str) -> float |
         return cap_s
     share = BUDGET_SHARE * train_wall_s if train_wall_s and train_wall_s > 0 else 0.0
     return None if share < MIN_BUDGET_S else min(share, cap_s)
-
-
-@dataclass
-class NumWorkersProbe:
-    """The probe's result; JSON-serialisable via ``dataclasses.asdict`` (``summary.probes["num_workers"]``).
-
-    ``candidates`` holds one dict per tried ``num_workers``: ``num_workers``, ``status`` (``"measured"`` or
-    ``"not measured"``), ``startup_ms`` (time to the first batch), ``batches_per_sec`` (steady delivery rate,
-    the median of the fresh starts; ``None`` when not measured), ``repeat_rates`` (the steady rate of each fresh
-    start; their minimum is the rate a selection uses), ``batches`` (fetched in all), ``error`` (``None``, or
-    why the candidate was not measured), ``predicted_wait_ms`` (the loop's predicted wait for data per step:
-    the whole load time of a batch with 0 workers, max(0, load time - compute time) with 1 or more; ``None``
-    when not measured or without a compute rate) and ``predicted_step_ms`` (compute plus that wait), ``settled`` (every start's rate settled within its time).
-
-    ``loading_waits`` is the caller's word that the loading waits (CPU time well below wall time), which let
-    the candidates go past the usable cores. ``disturbed`` is True when other processes busied the machine
-    while it measured: the rates are then not used and ``suggested`` is ``None``. ``machine_note`` says what
-    busied it ("" otherwise).
-    """
-
-    candidates: list[dict[str, Any]] = field(default_factory=list)
-    compute_batches_per_sec: float | None = None
-    suggested: int | None = None
-    reason: str = ""
-    machine_note: str = ""
-    loading_waits: bool = False
-    disturbed: bool = False
 
 
 def probe_num_workers(

@@ -11,6 +11,7 @@ import datetime
 import os
 from typing import Any
 
+from lightning_perf.analysis.probe_results import CudnnAB
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.rank_exchange import RankReducer, rank_table
 from lightning_perf.collect.sampling.machine_state import with_gpu_clocks
@@ -41,7 +42,7 @@ def measure(end: RunEnd) -> RunSummary:
     if fit and end.status == "finished" and config.ab_cudnn_benchmark:  # on every rank: see run_on_ranks
         ab = cudnn_ab(trainer, end.ab_spec, end.reducer)
         if trainer.is_global_zero:
-            summary.probes["cudnn_benchmark"] = ab
+            summary.probes.cudnn_benchmark = ab
     handoff_loader = handoff_plan(trainer, summary, config)
     if handoff_loader is not None:  # an input-bound fit: what a worker's hand-off costs, before any advice
         measure_handoff(summary, handoff_loader)
@@ -101,7 +102,7 @@ def build_summary(end: RunEnd) -> RunSummary:
     return summary
 
 
-def cudnn_ab(trainer: Any, spec: BatchSpec | None, reducer: RankReducer | None) -> dict[str, Any]:
+def cudnn_ab(trainer: Any, spec: BatchSpec | None, reducer: RankReducer | None) -> CudnnAB:
     """The cudnn.benchmark A/B on this rank, all ranks together under DDP (``reducer`` given) or not at all."""
 
     def agree(ready: bool) -> bool:

@@ -90,14 +90,13 @@ def _probe_and_write(end: RunEnd, summary: RunSummary, plan: ProbePlan) -> None:
         raise
     except Exception as err:
         log.warning(f"lightning-perf: a measured probe failed: {err}")
-        summary.probes.pop("num_workers", None)
+        summary.probes.num_workers = None
         _write(end, summary)
         return
     _write(end, summary)
-    safely(
-        "log the num_workers probe",
-        lambda: loggers.log_num_workers_probe(end.trainer, summary.probes["num_workers"]),
-    )
+    probe = summary.probes.num_workers
+    if probe is not None:
+        safely("log the num_workers probe", lambda: loggers.log_num_workers_probe(end.trainer, probe))
 
 
 def _write(end: RunEnd, summary: RunSummary) -> None:

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,17 +71,17 @@ def probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> ProbePl
 
 def measure_handoff(summary: RunSummary, dataloader: Any) -> None:
     """What one batch costs to hand over from a worker (:mod:`lightning_perf.probes.handoff`), into
-    ``summary.probes["handoff"]``: a fraction of a second, one worker started and stopped."""
+    ``summary.probes.handoff``: a fraction of a second, one worker started and stopped."""
     from lightning_perf.probes.handoff import measure_handoff as measure
 
     found = measure(dataloader)
-    summary.probes["handoff"] = dataclasses.asdict(found)
+    summary.probes.handoff = found
     if found.error:
         log.info(f"lightning-perf: the hand-off of a batch from a worker was not measured: {found.error}")
 
 
 def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> None:
-    """The num_workers probe of a finished fit into ``summary.probes``.
+    """The num_workers probe of a finished fit into ``summary.probes.num_workers``.
 
     Runs after the summary of what training measured is saved, with one line saying so and what it may cost: an
     interrupt here (Ctrl-C while waiting) loses nothing but the probe. Where the run's loading was measured to
@@ -97,15 +96,14 @@ def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> No
     )
     compute = summary.timing.compute_ms.mean if summary.timing.compute_ms else None
     loading = loading_of(summary)
-    handoff = summary.probes.get("handoff")
-    main_ms = handoff.get("main_ms") if isinstance(handoff, dict) else None
+    handoff = summary.probes.handoff
     found = probe(
         dataloader,
         compute,
         budget_s=budget,
         loading_waits=loading is not None and loading.cause == WAITS,
-        handoff_main_ms=main_ms,
+        handoff_main_ms=handoff.main_ms if handoff is not None else None,
     )
-    summary.probes["num_workers"] = dataclasses.asdict(found)
+    summary.probes.num_workers = found
     said = "no value" if found.suggested is None else f"num_workers={found.suggested}"
     log.info(f"lightning-perf: num_workers probe: suggests {said}: {found.reason}")

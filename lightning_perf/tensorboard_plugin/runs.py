@@ -201,7 +201,7 @@ def overview(logdir: str, run: str) -> dict[str, Any]:
         "utilization": dataclasses.asdict(summary.utilization),
         "machine": dataclasses.asdict(summary.machine) if summary.machine else None,
         "settings": dataclasses.asdict(summary.settings),
-        "num_workers_probe": summary.probes.get("num_workers"),
+        "num_workers_probe": dataclasses.asdict(probe) if (probe := summary.probes.num_workers) else None,
         "ranks": ranks_table(summary),
         "traces": traces(directory, summary),
         "files": files(directory),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +14,7 @@ from lightning_perf.analysis.findings_render import (
     render_markdown,
     render_probe_markdown,
 )
+from lightning_perf.analysis.probe_results import NumWorkersProbe, Probes
 from lightning_perf.analysis.rules.thresholds import SEVERITY_ORDER
 from lightning_perf.analysis.summary import (
     CpuUtilization,
@@ -42,7 +42,7 @@ def make(
     gpu: dict | None = None,
     cpu: dict | None = None,
     ranks: list[RankStats] | None = None,
-    probes: dict | None = None,
+    probes: Probes | None = None,
     **settings,
 ) -> RunSummary:
     return RunSummary(
@@ -61,7 +61,7 @@ def make(
         ),
         settings=Settings(**settings),
         ranks=ranks or [],
-        probes=probes or {},
+        probes=probes or Probes(),
     )
 
 
@@ -125,22 +125,25 @@ def test_not_input_bound_changes_nothing():
 # --- num_workers: measured by the probe, else estimated ------------------------------------------------
 
 
-def test_probe_suggestion_is_used_from_a_dict():
-    probe = {"suggested": 6, "reason": "num_workers=6 delivers 120.0 batches/s", "candidates": []}
-    finding = by_id(diagnose(make(30.0, num_workers=1, probes={"num_workers": probe})), "input_bound")
+def test_probe_suggestion_is_used():
+    probe = NumWorkersProbe(suggested=6, reason="num_workers=6 delivers 120.0 batches/s")
+    finding = by_id(diagnose(make(30.0, num_workers=1, probes=Probes(num_workers=probe))), "input_bound")
     assert finding.settings_change == {"num_workers": 6}
     assert "probe" in finding.recommendation and "120.0 batches/s" in finding.recommendation
 
 
-def test_probe_suggestion_is_used_from_an_object():
-    probe = SimpleNamespace(suggested=2, reason="measured", candidates=[])
-    finding = by_id(diagnose(make(8.0, num_workers=0, probes={"num_workers": probe})), "input_bound")
-    assert finding.settings_change == {"num_workers": 2}
+def test_probe_suggestion_is_used_from_a_summary_read_back():
+    summary = make(
+        8.0, num_workers=0, probes=Probes(num_workers=NumWorkersProbe(suggested=2, reason="measured"))
+    )
+    loaded = RunSummary.from_dict(json.loads(json.dumps(summary.to_dict())))
+    assert loaded.probes == summary.probes
+    assert by_id(diagnose(loaded), "input_bound").settings_change == {"num_workers": 2}
 
 
 def test_probe_finding_nothing_faster_changes_nothing():
-    probe = {"suggested": 4, "reason": "the input pipeline cannot keep up"}
-    finding = by_id(diagnose(make(30.0, num_workers=4, probes={"num_workers": probe})), "input_bound")
+    probe = NumWorkersProbe(suggested=4, reason="the input pipeline cannot keep up")
+    finding = by_id(diagnose(make(30.0, num_workers=4, probes=Probes(num_workers=probe))), "input_bound")
     assert finding.settings_change == {}
     assert "will not help" in finding.recommendation and "cannot keep up" in finding.recommendation
 
@@ -505,7 +508,7 @@ def test_findings_are_ordered_by_severity():
 def test_findings_round_trip_through_the_summary_json():
     summary = busy_summary()
     summary.findings = diagnose(summary)
-    summary.probes["num_workers"] = {"suggested": 2, "reason": "measured", "candidates": []}
+    summary.probes.num_workers = NumWorkersProbe(suggested=2, reason="measured")
     loaded = RunSummary.from_dict(json.loads(json.dumps(summary.to_dict())))
     assert loaded.findings == summary.findings
     assert by_id(diagnose(loaded), "input_bound").settings_change == {"num_workers": 2}
@@ -566,15 +569,15 @@ def test_console_without_timing():
 
 
 def test_probe_is_a_table_not_a_chart():
-    probe = {
-        "candidates": [
+    probe = NumWorkersProbe(
+        candidates=[
             {"num_workers": 0, "batches_per_sec": 40.0, "startup_ms": 1.0, "error": None},
             {"num_workers": 2, "batches_per_sec": None, "startup_ms": None, "error": "worker died | code 1"},
         ],
-        "compute_batches_per_sec": 80.0,
-        "suggested": 2,
-        "reason": "measured",
-    }
+        compute_batches_per_sec=80.0,
+        suggested=2,
+        reason="measured",
+    )
     lines = render_probe_markdown(probe).splitlines()
     table = [line for line in lines if line.startswith("|")]
     assert table[0] == "| num_workers | batches/s | start-up (ms) | error |"

@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 
 from lightning_perf.analysis.diagnosis import diagnose
+from lightning_perf.analysis.probe_results import CudnnAB, Probes
 from lightning_perf.analysis.rules.inputs.loading import estimate_workers
 from tests.analysis.test_diagnosis import by_id, dist, make
 
 CONV = dict(accelerator="cuda", cudnn_benchmark=False, model_has_conv=True, input_shapes_vary=False)
 
 
-def ab(speedup: float) -> dict:
-    return {"cudnn_benchmark": {"applies": True, "off_ms": 10.0 * speedup, "on_ms": 10.0, "speedup": speedup}}
+def ab(speedup: float) -> Probes:
+    return Probes(cudnn_benchmark=CudnnAB(applies=True, off_ms=10.0 * speedup, on_ms=10.0, speedup=speedup))
 
 
 def test_cudnn_recommended_only_for_a_measured_gain_and_quoting_it():
@@ -28,7 +29,7 @@ def test_cudnn_not_recommended_when_the_ab_measured_a_slowdown_or_noise(speedup)
 
 
 def test_cudnn_without_a_measurement_falls_back_to_the_shape_rule():
-    probes = {"cudnn_benchmark": {"applies": False, "reason": "training on cpu"}}
+    probes = Probes(cudnn_benchmark=CudnnAB(applies=False, reason="training on cpu"))
     assert by_id(diagnose(make(probes=probes, **CONV)), "cudnn_benchmark").settings_change == {
         "benchmark": True
     }

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from lightning_perf.analysis.diagnosis import diagnose
+from lightning_perf.analysis.probe_results import NumWorkersProbe
 from lightning_perf.analysis.rules.inputs.loading import (
     COMPUTES,
     WAITS,
@@ -114,7 +115,7 @@ def test_storage_that_waits_gets_more_workers_past_the_cores_never_cpu_bound(cur
 def test_storage_that_waits_is_not_cpu_bound_even_with_a_probe_that_found_no_gain():
     """The first user report: a probe that measured nothing faster must not turn a waiting loader CPU-bound."""
     summary = storage_run(0, cpu={"process_cpu_pct": 190.0, "workers_cpu_pct": 0.0})
-    summary.probes["num_workers"] = {"candidates": [], "suggested": 0, "reason": "r"}
+    summary.probes.num_workers = NumWorkersProbe(suggested=0, reason="r")
     findings = {f.id: f for f in diagnose(summary)}
     assert "batched_transforms" not in findings
     assert findings["input_bound"].settings_change["num_workers"] >= 1
@@ -140,7 +141,7 @@ def test_fast_loader_gets_no_workers_advice():
 
 def test_a_probe_never_lowers_the_workers_of_an_input_bound_run():
     summary = storage_run(4)
-    summary.probes["num_workers"] = {"candidates": [], "suggested": 1, "reason": "r"}
+    summary.probes.num_workers = NumWorkersProbe(suggested=1, reason="r")
     workers, why = suggest_workers(summary)
     assert workers is None and "nothing faster than 4" in why
     assert by_id(diagnose(summary), "workers_exceed_cores") is None
@@ -150,20 +151,16 @@ def test_a_probe_that_measured_fewer_workers_faster_lowers_them():
     summary = storage_run(4)
     rates = {0: 30.0, 1: 80.0, 2: 70.0, 4: 60.0}
     candidates = [{"num_workers": n, "status": "measured", "batches_per_sec": r} for n, r in rates.items()]
-    summary.probes["num_workers"] = {"candidates": candidates, "suggested": 1, "reason": "r"}
+    summary.probes.num_workers = NumWorkersProbe(candidates=candidates, suggested=1, reason="r")
     workers, why = suggest_workers(summary)
     assert workers == 1 and why.startswith("measured by the num_workers probe")
 
 
 def test_a_disturbed_probe_gives_no_settings_change_and_no_fallback_estimate():
     summary = storage_run(0)
-    summary.probes["num_workers"] = {
-        "candidates": [],
-        "suggested": None,
-        "reason": "r",
-        "disturbed": True,
-        "machine_note": "other processes used 1.9 of 2 cores",
-    }
+    summary.probes.num_workers = NumWorkersProbe(
+        reason="r", disturbed=True, machine_note="other processes used 1.9 of 2 cores"
+    )
     workers, why = suggest_workers(summary)
     assert workers is None and why.startswith("not measured") and "1.9 of 2 cores" in why
     found = by_id(diagnose(summary), "input_bound")

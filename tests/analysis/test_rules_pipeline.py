@@ -8,6 +8,7 @@ import json
 import pytest
 
 from lightning_perf.analysis.diagnosis import SETTING_TARGETS, diagnose
+from lightning_perf.analysis.probe_results import NumWorkersProbe, Probes
 from lightning_perf.analysis.rules.inputs.pipeline import batched_transforms, per_sample_ms
 from lightning_perf.analysis.rules.thresholds import CORES_BUSY_SHARE, PROBE_GAIN_MIN, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
@@ -16,12 +17,12 @@ from tests.analysis.test_diagnosis import make
 HIGH, MODERATE, NOT_BOUND = VERDICTS
 
 
-def probe(rates: dict[int, float], suggested: int | None = None) -> dict:
+def probe(rates: dict[int, float], suggested: int | None = None) -> Probes:
     candidates = [
         {"num_workers": n, "startup_ms": 1.0, "batches_per_sec": r, "batches": 10, "error": None}
         for n, r in rates.items()
     ]
-    return {"num_workers": {"candidates": candidates, "suggested": suggested, "reason": "r"}}
+    return Probes(num_workers=NumWorkersProbe(candidates=candidates, suggested=suggested, reason="r"))
 
 
 def case_study(**overrides) -> RunSummary:
@@ -90,10 +91,10 @@ def test_cores_busy_at_the_line_when_the_probe_shows_a_gain(share, fires):
 
 
 def test_silent_without_evidence_that_workers_cannot_help():
-    assert fire(case_study(probes={}, cpu=None)) is None  # nothing measured
-    assert fire(case_study(probes={}, cpu={"process_cpu_pct": 100.0})) is None  # one core free of two
+    assert fire(case_study(probes=Probes(), cpu=None)) is None  # nothing measured
+    assert fire(case_study(probes=Probes(), cpu={"process_cpu_pct": 100.0})) is None  # one core free of two
     assert (
-        fire(case_study(probes={}, cpu_count=None, cpu={"process_cpu_pct": 190.0})) is None
+        fire(case_study(probes=Probes(), cpu_count=None, cpu={"process_cpu_pct": 190.0})) is None
     )  # cores unknown
 
 
@@ -113,20 +114,20 @@ def test_probe_without_a_rate_at_the_current_setting_falls_back_to_its_suggestio
 
 
 def test_failed_or_malformed_candidates_are_ignored():
-    bad = {
-        "num_workers": {
-            "candidates": [{"num_workers": 0, "batches_per_sec": None}, "x", {"num_workers": True}]
-        }
-    }
+    bad = Probes(
+        num_workers=NumWorkersProbe(
+            candidates=[{"num_workers": 0, "batches_per_sec": None}, "x", {"num_workers": True}]  # type: ignore[list-item]
+        )
+    )
     assert fire(case_study(probes=bad, cpu=None)) is None
 
 
 def test_per_sample_cost_from_the_wait_when_no_probe_ran():
-    summary = case_study(probes={})
+    summary = case_study(probes=Probes())
     assert per_sample_ms(summary) == (37.0 / 64, "median wait 37.0 ms per batch of 64, no workers")
     assert "0.6 ms of data work per sample" in fire(summary).evidence
     # with workers the wait is not the load time of a batch, and without a batch size there is no per-sample
-    assert per_sample_ms(case_study(probes={}, num_workers=2)) is None
+    assert per_sample_ms(case_study(probes=Probes(), num_workers=2)) is None
     assert per_sample_ms(case_study(batch_size=None)) is None
 
 
@@ -162,7 +163,9 @@ def test_a_probe_with_predicted_steps_is_read_with_overlap_not_by_delivery_rate(
         {"num_workers": 0, "batches_per_sec": 27.8, "predicted_step_ms": 157.7, "status": "measured"},
         {"num_workers": 1, "batches_per_sec": 26.6, "predicted_step_ms": 120.0, "status": "measured"},
     ]
-    summary = case_study(probes={"num_workers": {"candidates": candidates, "suggested": 1, "reason": "r"}})
+    summary = case_study(
+        probes=Probes(num_workers=NumWorkersProbe(candidates=candidates, suggested=1, reason="r"))
+    )
     finding = fire(summary)
     assert "probe" not in finding.evidence.split("; ", 2)[-1]  # no "nothing faster" from the rates
     assert "1.7 of 2 usable cores" in finding.evidence

@@ -8,6 +8,7 @@ import pytest
 from lightning_perf.analysis.diagnosis import diagnose
 from lightning_perf.analysis.findings_render import render_console
 from lightning_perf.analysis.memory_series import MemorySeries
+from lightning_perf.analysis.probe_results import NumWorkersProbe, Probes
 from lightning_perf.analysis.rules.thresholds import MEMORY_MIN_POINTS, MIN_STEPS_FOR_VERDICT, VERDICTS
 from lightning_perf.analysis.summary import Distribution, RunSummary, Settings, TimingSummary
 
@@ -65,8 +66,8 @@ def test_at_the_minimum_the_run_is_graded():
 
 
 def test_a_measured_num_workers_probe_keeps_its_verdict_in_a_short_run():
-    probe = {"suggested": 2, "reason": "measured", "candidates": []}
-    finding = input_finding(timed(3, 40.6, probes={"num_workers": probe}))
+    probe = NumWorkersProbe(suggested=2, reason="measured")
+    finding = input_finding(timed(3, 40.6, probes=Probes(num_workers=probe)))
     assert finding.title == "Training is highly input-bound"
 
 

@@ -9,6 +9,7 @@ import itertools
 import pytest
 
 from lightning_perf.analysis.diagnosis import diagnose
+from lightning_perf.analysis.probe_results import HandOff, NumWorkersProbe
 from lightning_perf.analysis.rules.inputs.loading import suggest_workers
 from lightning_perf.analysis.rules.inputs.worker_model import (
     HandOffCost,
@@ -24,7 +25,7 @@ QUICK = {"ms_per_batch": 2.5, "main_ms": 0.9, "touch_ms": 0.0, "load_ms": 0.1, "
 
 
 def with_handoff(summary: RunSummary, **figures) -> RunSummary:
-    summary.probes["handoff"] = {**QUICK, **figures}
+    summary.probes.handoff = HandOff(**{**QUICK, **figures})
     return summary
 
 
@@ -68,18 +69,18 @@ def test_a_probe_that_timed_only_0_workers_leaves_it_to_the_hand_off():
     """CI: a probe whose budget a busy machine spent on 0 workers alone ('suggested 0', nothing beside it) advised
     'num_workers=1' from the rule that 0 workers never overlap; the measured hand-off says 0 stays fastest."""
     summary = with_handoff(storage_run(0, wait_pct=14.0, step_ms=0.72, wait_ms=0.1))
-    summary.probes["num_workers"] = {
-        "suggested": 0,
-        "reason": "0 workers: the only count timed within the budget",
-        "candidates": [
+    summary.probes.num_workers = NumWorkersProbe(
+        suggested=0,
+        reason="0 workers: the only count timed within the budget",
+        candidates=[
             {"num_workers": 0, "batches_per_sec": 9000.0},
             {"num_workers": 1, "error": "budget spent"},
         ],
-    }
+    )
     workers, why = suggest_workers(summary)
     assert workers is None and "the num_workers probe timed no worker count beside 0" in why
     # without a hand-off figure, the rule stands: 0 workers never overlap the step
-    del summary.probes["handoff"]
+    summary.probes.handoff = None
     assert suggest_workers(summary)[0] == 1
 
 

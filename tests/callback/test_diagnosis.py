@@ -6,6 +6,7 @@ import os
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_perf import PerfCallback
+from lightning_perf.analysis.probe_results import Probes
 from lightning_perf.analysis.summary import RunSummary
 from tests.helpers import TinyModel, loader, trainer
 
@@ -38,14 +39,15 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
         )
     (finding,) = [f for f in summary.findings if f.id == "input_bound"]
     assert "highly input-bound" in finding.title + finding.evidence
-    probe = summary.probes["num_workers"]
-    if probe["disturbed"]:  # a probe on a busy machine chooses nothing, and the findings give no count either
+    probe = summary.probes.num_workers
+    assert probe is not None
+    if probe.disturbed:  # a probe on a busy machine chooses nothing, and the findings give no count either
         assert "num_workers" not in finding.settings_change and "not measured" in finding.recommendation
     else:
         assert finding.settings_change["num_workers"] > 0
-        assert probe["suggested"] == finding.settings_change["num_workers"]
-    assert [c["num_workers"] for c in probe["candidates"]][0] == 0
-    assert probe["loading_waits"] is True  # the fetch sleeps: the probe tries counts past the cores
+        assert probe.suggested == finding.settings_change["num_workers"]
+    assert [c["num_workers"] for c in probe.candidates][0] == 0
+    assert probe.loading_waits is True  # the fetch sleeps: the probe tries counts past the cores
     # on disk, in TensorBoard's Text tab, and on the console
     saved = RunSummary.load(os.path.join(log_dir, "perf_summary.json"))
     assert [f.id for f in saved.findings] == [f.id for f in summary.findings]
@@ -53,7 +55,7 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     assert "highly input-bound" in caplog.text
     # the probe says when it starts and what it found, one line each
     assert "lightning-perf: measuring DataLoader num_workers (up to 3 s" in caplog.text
-    said = "no value" if probe["suggested"] is None else f"num_workers={probe['suggested']}"
+    said = "no value" if probe.suggested is None else f"num_workers={probe.suggested}"
     assert f"num_workers probe: suggests {said}" in caplog.text and "suggests None" not in caplog.text
     # one answer per run: the findings shown once, after the probe's result, and one diagnosis in the Text tab
     assert caplog.text.count("lightning-perf: highly input-bound") == 1
@@ -62,8 +64,8 @@ def test_slow_loader_without_workers_is_highly_input_bound_with_a_measured_fix(t
     )
     assert len(diagnosis_events(log_dir)) == 1
     # CPU training: the cudnn.benchmark A/B says it does not apply instead of inventing numbers
-    assert summary.probes["cudnn_benchmark"]["applies"] is False
-    assert "cpu" in summary.probes["cudnn_benchmark"]["reason"]
+    ab = summary.probes.cudnn_benchmark
+    assert ab is not None and ab.applies is False and "cpu" in ab.reason
 
 
 def test_instant_loader_is_not_input_bound_and_is_not_probed(tmp_path):
@@ -75,13 +77,13 @@ def test_instant_loader_is_not_input_bound_and_is_not_probed(tmp_path):
     (finding,) = [f for f in summary.findings if f.id == "input_bound"]
     assert "not input-bound" in finding.title + finding.evidence
     assert finding.settings_change == {}
-    assert "num_workers" not in summary.probes
+    assert summary.probes.num_workers is None
     assert "not input-bound" in diagnosis_text(log_dir)
 
 
 def test_diagnosis_can_be_switched_off(tmp_path):
     summary, log_dir = fit(tmp_path, loader(n=96, delay_s=0.002), diagnose=False)
-    assert summary.findings == [] and summary.probes == {}
+    assert summary.findings == [] and summary.probes == Probes()
     assert os.path.exists(os.path.join(log_dir, "perf_summary.json"))
 
 
@@ -108,6 +110,6 @@ def test_auto_probe_skips_a_fit_too_short_for_a_verdict_with_one_line(tmp_path, 
     with caplog.at_level(logging.INFO):
         summary, _ = fit(tmp_path, loader(n=48, batch_size=4, delay_s=0.004), batches=12)
     assert summary.timing.data_wait_pct > 20.0  # input-bound: "auto" would probe a longer fit
-    assert "num_workers" not in summary.probes
+    assert summary.probes.num_workers is None
     assert caplog.text.count("num_workers probe skipped") == 1
     assert "too short for a measured verdict" in caplog.text

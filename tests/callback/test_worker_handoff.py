@@ -56,10 +56,11 @@ def test_in_memory_tensors_with_0_workers_get_no_workers_advice(tmp_path):
     (one worker made such a run 4.4x slower). Failed before: 'set num_workers=1'."""
     summary = fit(tmp_path, loader(4 * 300, 4), 300)
     said = [(f.id, f.evidence, f.recommendation) for f in summary.findings]
-    assert advised_workers(summary) is None, (said, summary.probes.get("handoff"))
+    assert advised_workers(summary) is None, (said, summary.probes.handoff)
     if input_bound(summary):  # the wait is a visible share: the hand-off was measured
-        handoff = summary.probes["handoff"]
-        assert handoff["ms_per_batch"] > handoff["load_ms"] > 0, handoff
+        handoff = summary.probes.handoff
+        assert handoff is not None and handoff.ms_per_batch and handoff.load_ms, handoff
+        assert handoff.ms_per_batch > handoff.load_ms > 0, handoff
         said = next(f for f in summary.findings if f.id == "input_bound").recommendation
         # the reason; or, where others held the cores, that no count can be sized beside them
         assert "hands a batch over in" in said or "not measured: other processes" in said, said
@@ -69,8 +70,9 @@ def test_the_probe_answers_0_workers_for_in_memory_tensors(tmp_path):
     """probe_num_workers='always' measures 0 against worker counts: 0 is fastest, so no count is advised (or, on a
     machine busied by other work, the probe says 'not measured' and no count is advised either)."""
     summary = fit(tmp_path, loader(4 * 300, 4), 300, probe_num_workers="always", probe_budget_s=4.0)
-    probe = summary.probes["num_workers"]
-    assert probe["suggested"] == 0 or (probe["disturbed"] and probe["suggested"] is None), probe["reason"]
+    probe = summary.probes.num_workers
+    assert probe is not None
+    assert probe.suggested == 0 or (probe.disturbed and probe.suggested is None), probe.reason
     assert advised_workers(summary) is None, [f.recommendation for f in summary.findings]
 
 
@@ -115,7 +117,8 @@ def test_large_generated_samples_with_2_workers_are_never_told_more_workers(tmp_
     advised = advised_workers(summary)
     assert advised is None or advised < 2, [f.recommendation for f in summary.findings]
     if input_bound(summary):
-        assert summary.probes["handoff"]["batch_bytes"] == 16 * 3 * 256 * 256 * 4 + 16 * 4
+        assert summary.probes.handoff is not None
+        assert summary.probes.handoff.batch_bytes == 16 * 3 * 256 * 256 * 4 + 16 * 4
 
 
 def test_large_in_memory_samples_with_2_workers_are_told_0_and_following_it_is_faster(tmp_path):

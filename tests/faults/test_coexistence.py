@@ -141,7 +141,7 @@ def test_ctrl_c_during_the_num_workers_probe_keeps_the_summary_and_ends_the_work
         fit_trainer.fit(TinyModel(), data)
     summary = RunSummary.load(os.path.join(fit_trainer.log_dir, SUMMARY_FILENAME))
     assert summary.status == "finished" and summary.timing.steps == TIMED_STEPS
-    assert summary.findings and "num_workers" not in summary.probes  # the diagnosis of what was measured
+    assert summary.findings and summary.probes.num_workers is None  # the diagnosis of what was measured
     # children the session had before this fit (multiprocessing's resource tracker, earlier tests' helpers) are
     # not the probe's
     children = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
@@ -168,7 +168,8 @@ def test_the_summary_is_written_before_the_probes_which_say_so_and_update_it(tmp
     with caplog.at_level("INFO"):
         fit_trainer.fit(TinyModel(), loader())
     (before,) = on_disk_before
-    assert before.timing.steps == TIMED_STEPS and before.findings and "num_workers" not in before.probes
+    assert before.timing.steps == TIMED_STEPS and before.findings and before.probes.num_workers is None
     assert "measuring DataLoader num_workers (up to 1 s" in caplog.text
     after = check_all(fit_trainer.log_dir, callback)
-    assert after.probes["num_workers"]["candidates"] and after.timing == before.timing
+    assert after.probes.num_workers is not None and after.probes.num_workers.candidates
+    assert after.timing == before.timing

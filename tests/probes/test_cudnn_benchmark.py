@@ -45,9 +45,9 @@ def test_runs_both_ways_and_restores_flag_buffers_grads_and_rng():
     rng = torch.random.get_rng_state()
     before = torch.backends.cudnn.benchmark
     result = probe.cudnn_benchmark_ab(model, spec_of(2, 3, 8, 8), torch.device("cpu"), force=True)
-    assert result["applies"] is True
-    assert result["off_ms"] > 0 and result["on_ms"] > 0
-    assert result["speedup"] == result["off_ms"] / result["on_ms"]
+    assert result.applies is True
+    assert result.off_ms > 0 and result.on_ms > 0
+    assert result.speedup == result.off_ms / result.on_ms
     assert torch.backends.cudnn.benchmark is before
     assert not model.training  # mode restored
     assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers(), strict=True))
@@ -58,20 +58,20 @@ def test_runs_both_ways_and_restores_flag_buffers_grads_and_rng():
 
 def test_says_why_it_does_not_apply():
     model = conv_net()
-    assert "cpu" in probe.cudnn_benchmark_ab(model, spec_of(1, 3, 8, 8), torch.device("cpu"))["reason"]
+    assert "cpu" in probe.cudnn_benchmark_ab(model, spec_of(1, 3, 8, 8), torch.device("cpu")).reason
     linear = torch.nn.Linear(3, 1)
     assert (
-        probe.cudnn_benchmark_ab(linear, spec_of(1, 3), torch.device("cuda"))["reason"]
+        probe.cudnn_benchmark_ab(linear, spec_of(1, 3), torch.device("cuda")).reason
         == "the model has no convolutions"
     )
-    assert probe.cudnn_benchmark_ab(model, None, torch.device("cuda"))["applies"] is False
+    assert probe.cudnn_benchmark_ab(model, None, torch.device("cuda")).applies is False
 
 
 def test_a_forward_that_rejects_the_batch_is_reported_not_raised():
     model = conv_net()
     before = torch.backends.cudnn.benchmark
     result = probe.cudnn_benchmark_ab(model, spec_of(2, 5), torch.device("cpu"), force=True)
-    assert result["applies"] is False and "could not time" in result["reason"]
+    assert result.applies is False and "could not time" in result.reason
     assert torch.backends.cudnn.benchmark is before
 
 
@@ -100,7 +100,7 @@ def test_bf16_true_is_timed_in_bf16_not_failed_on_a_dtype_error():
         precision_plugin=HalfPrecision("bf16-true"),
         force=True,
     )
-    assert result["applies"] is True, result["reason"]
+    assert result.applies is True, result.reason
 
 
 def test_mixed_precision_passes_run_under_autocast():
@@ -112,7 +112,7 @@ def test_mixed_precision_passes_run_under_autocast():
     result = probe.cudnn_benchmark_ab(
         model, spec_of(2, 3, 8, 8), torch.device("cpu"), precision_plugin=plugin, force=True
     )
-    assert result["applies"] is True
+    assert result.applies is True
     assert autocast and all(autocast)
 
 
@@ -134,7 +134,7 @@ def test_under_ddp_without_every_rank_no_rank_runs_it():
     result = probe.run_on_ranks(
         model, spec_of(1, 3, 8, 8), torch.device("cpu"), world_size=2, agree=None, force=True
     )
-    assert result["applies"] is False and "every rank" in result["reason"]
+    assert result.applies is False and "every rank" in result.reason
     result = probe.run_on_ranks(
         model,
         spec_of(1, 3, 8, 8),
@@ -143,7 +143,7 @@ def test_under_ddp_without_every_rank_no_rank_runs_it():
         agree=lambda ok: asked.append(ok) or False,
     )
     assert asked == [False]  # this rank is on CPU: it says so, and nobody runs
-    assert result["applies"] is False and "cpu" in result["reason"]
+    assert result.applies is False and "cpu" in result.reason
 
 
 # --- two processes: a collective in forward, as SyncBatchNorm / FSDP / ZeRO-3 issue ------------------------
@@ -193,6 +193,7 @@ def test_two_ranks_with_a_collective_in_forward_run_the_ab_together_and_finish(t
     )
     L_trainer.fit(CollectiveConvModel(), data)
     summary = RunSummary.load(os.path.join(str(tmp_path), "lightning_logs", "version_0"))
-    ab = summary.probes["cudnn_benchmark"]
-    assert ab["applies"] is True, ab["reason"]
-    assert ab["ranks"] == 2
+    ab = summary.probes.cudnn_benchmark
+    assert ab is not None
+    assert ab.applies is True, ab.reason
+    assert ab.ranks == 2

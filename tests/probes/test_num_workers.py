@@ -26,6 +26,7 @@ from torch.utils.data import (
 )
 
 from lightning_perf.analysis.diagnosis import diagnose
+from lightning_perf.analysis.probe_results import Probes
 from lightning_perf.analysis.summary import Finding, RunSummary, Settings, TimingSummary
 from lightning_perf.probes import num_workers, worker_counts
 from lightning_perf.probes.num_workers import REPEATS, NumWorkersProbe, probe_num_workers
@@ -123,7 +124,7 @@ def test_fast_model_needs_workers():
     summary = RunSummary(
         timing=TimingSummary(data_wait_pct=80.0),
         settings=Settings(num_workers=0),
-        probes={"num_workers": dataclasses.asdict(result)},
+        probes=Probes(num_workers=result),
     )
     finding = next(f for f in diagnose(summary) if f.id == "input_bound")
     assert finding.settings_change == {"num_workers": result.suggested}

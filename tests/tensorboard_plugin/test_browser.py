@@ -131,9 +131,10 @@ def test_the_perf_tab_in_headless_chromium(perf_runs, realtraces, browser_dir, t
             assert column(table_with(shown, "ms a step"), "part")[: len(summary.anatomy.parts_ms)] == [
                 PART_LABELS[part] for part in summary.anatomy.parts_ms
             ]
-    probe = RunSummary.load(root / "exp" / "workers0").probes["num_workers"]
+    probe = RunSummary.load(root / "exp" / "workers0").probes.num_workers
+    assert probe is not None
     probe_table = table_with(seen["panes"]["overview exp/workers0"], "batches/s")
-    assert column(probe_table, "num_workers") == [str(c["num_workers"]) for c in probe["candidates"]]
+    assert column(probe_table, "num_workers") == [str(c["num_workers"]) for c in probe.candidates]
 
     # a trace's operators, the report's own, by self time; one click sorts them by calls
     traces = seen["panes"]["traces"]

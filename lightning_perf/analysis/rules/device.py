@@ -5,11 +5,10 @@ Each rule is ``(summary, verdict) -> Finding | None``: silent when its evidence 
 
 from __future__ import annotations
 
-from typing import Any
-
 from lightning_perf.analysis.gpu_measures import gpu_busy_measures
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
+from lightning_perf.analysis.probe_results import CudnnAB
 from lightning_perf.analysis.rules.helpers import on_cuda
 from lightning_perf.analysis.rules.thresholds import (
     BF16_MIN_CC,
@@ -29,9 +28,10 @@ TF32_PRECISIONS = ("high", "medium")
 HALF_MIXED = ("16-mixed", "16")
 
 
-def _ab(summary: RunSummary) -> dict[str, Any] | None:
-    ab = summary.probes.get("cudnn_benchmark")
-    if isinstance(ab, dict) and ab.get("applies") and _num(ab.get("speedup")) is not None:
+def _ab(summary: RunSummary) -> CudnnAB | None:
+    """The cudnn.benchmark A/B where it ran and measured a speed-up; else None."""
+    ab = summary.probes.cudnn_benchmark
+    if ab is not None and ab.applies and _num(ab.speedup) is not None:
         return ab
     return None
 
@@ -73,11 +73,11 @@ def cudnn_benchmark(summary: RunSummary, verdict: str | None) -> Finding | None:
     )
 
 
-def _measured(ab: dict[str, Any], evidence: str) -> Finding:
-    speedup = float(ab["speedup"])
+def _measured(ab: CudnnAB, evidence: str) -> Finding:
+    speedup = float(ab.speedup or 0.0)  # measured: see _ab
     timed = (
-        f"; the A/B at the end of training timed a forward+backward pass at {_fmt(ab.get('off_ms'))} ms off "
-        f"and {_fmt(ab.get('on_ms'))} ms on ({speedup:.2f}x)"
+        f"; the A/B at the end of training timed a forward+backward pass at {_fmt(ab.off_ms)} ms off "
+        f"and {_fmt(ab.on_ms)} ms on ({speedup:.2f}x)"
     )
     if speedup >= CUDNN_MIN_SPEEDUP:
         return Finding(

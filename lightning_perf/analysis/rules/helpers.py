@@ -70,11 +70,6 @@ def every_n(part_s: float, whole_s: float) -> int:
     return max(2, math.floor(part_s * (1 - line) / (line * rest)) + 1)
 
 
-def probe_value(probe: Any, name: str) -> Any:
-    # the probe is a NumWorkersProbe in memory and a plain dict after a JSON round trip
-    return probe.get(name) if isinstance(probe, dict) else getattr(probe, name, None)
-
-
 def change_text(change: dict[str, Any]) -> str:
     """A settings change as the user writes it: `num_workers=4`, `pin_memory=True`."""
     return ", ".join(f"`{k}={v!r}`" for k, v in change.items())

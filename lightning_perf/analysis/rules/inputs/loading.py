@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.numbers import whole
-from lightning_perf.analysis.rules.helpers import lightning_worker_bound, probe_value, usable_cores
+from lightning_perf.analysis.probe_results import NumWorkersProbe
+from lightning_perf.analysis.rules.helpers import lightning_worker_bound, usable_cores
 from lightning_perf.analysis.rules.inputs.worker_model import charged_choice
 from lightning_perf.analysis.rules.inputs.worker_model import workers_phrase as _workers
 from lightning_perf.analysis.rules.thresholds import (
@@ -263,9 +263,9 @@ def _estimated(
 def _by_probe(summary: RunSummary) -> tuple[int | None, str] | None:
     """What a num_workers probe decides (a busy one: that nothing is advised), or None where no probe measured."""
     current = summary.settings.num_workers
-    probe = summary.probes.get("num_workers")
-    if probe is not None and probe_value(probe, "disturbed"):
-        note = probe_value(probe, "machine_note") or "other processes busied the machine"
+    probe = summary.probes.num_workers
+    if probe is not None and probe.disturbed:
+        note = probe.machine_note or "other processes busied the machine"
         return None, (
             f"{NOT_MEASURED}: the num_workers probe ran on a busy machine ({note}), so no count is advised; "
             "measure again on a quiet machine"
@@ -320,22 +320,18 @@ def estimate_workers(summary: RunSummary) -> tuple[int, str] | None:
 def _probe_suggestion(summary: RunSummary) -> tuple[int, str] | None:
     """The num_workers probe's measured suggestion and reason; ``None`` without one, or when the probe's numbers
     were disturbed (a busy machine) and it did not choose."""
-    probe = summary.probes.get("num_workers")
-    if probe is None or probe_value(probe, "disturbed"):
+    probe = summary.probes.num_workers
+    if probe is None or probe.disturbed or probe.suggested is None:
         return None
-    suggested = probe_value(probe, "suggested")
-    if whole(suggested) is None:
-        return None
-    return suggested, probe_value(probe, "reason") or "no reason recorded"
+    return probe.suggested, probe.reason or "no reason recorded"
 
 
-def _probe_compared(probe: object, workers: int) -> bool:
+def _probe_compared(probe: NumWorkersProbe | None, workers: int) -> bool:
     """The probe measured ``workers`` and at least one larger count beside it (a hand-built or failed probe that
     measured nothing cannot take workers away)."""
-    candidates = probe_value(probe, "candidates")
     measured = {
         c.get("num_workers")
-        for c in (candidates if isinstance(candidates, list) else [])
+        for c in (probe.candidates if probe is not None else [])
         if isinstance(c, dict) and _num(c.get("batches_per_sec")) and not c.get("error")
     }
     return workers in measured and any(isinstance(n, int) and n > workers for n in measured)

@@ -16,7 +16,7 @@ from typing import Any
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rules.helpers import probe_value, usable_cores
+from lightning_perf.analysis.rules.helpers import usable_cores
 from lightning_perf.analysis.rules.inputs.loading import COMPUTES, loading_of, machine_busy
 from lightning_perf.analysis.rules.thresholds import CORES_BUSY_SHARE, PROBE_GAIN_MIN, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
@@ -63,16 +63,16 @@ def batched_transforms(summary: RunSummary, verdict: str | None) -> Finding | No
 
 def probe_shows_no_gain(summary: RunSummary) -> str | None:
     """Why the num_workers probe says more workers do not help, or ``None`` (no probe, or it found a gain)."""
-    probe = summary.probes.get("num_workers")
-    if probe is None or probe_value(probe, "disturbed"):  # a probe on a busy machine did not choose
+    probe = summary.probes.num_workers
+    if probe is None or probe.disturbed:  # a probe on a busy machine did not choose
         return None
     current = summary.settings.num_workers or 0
-    suggested = probe_value(probe, "suggested")
-    if isinstance(suggested, int) and not isinstance(suggested, bool) and suggested <= current:
+    suggested = probe.suggested
+    if suggested is not None and suggested <= current:
         # the probe's own verdict (it stops at the first value that keeps up with the model)
         return f"the num_workers probe found nothing faster than {current}"
-    rates = _rates(probe_value(probe, "candidates"))
-    steps = _predicted_steps(probe_value(probe, "candidates"))
+    rates = _rates(probe.candidates)
+    steps = _predicted_steps(probe.candidates)
     if current in steps and any(n > current for n in steps):
         # the probe's own account of overlap (0 workers pay every load inside the step): compare predicted steps
         more_steps = {n: ms for n, ms in steps.items() if n > current}
@@ -123,8 +123,8 @@ def per_sample_ms(summary: RunSummary) -> tuple[float, str] | None:
     batch = summary.settings.batch_size
     if not batch:
         return None
-    probe = summary.probes.get("num_workers")
-    rate = _rates(probe_value(probe, "candidates")).get(0) if probe is not None else None
+    probe = summary.probes.num_workers
+    rate = _rates(probe.candidates).get(0) if probe is not None else None
     if rate:
         return 1000.0 / rate / batch, f"num_workers probe: {_fmt(rate)} batches/s of {batch} in one process"
     wait = summary.timing.data_wait_ms

@@ -40,7 +40,7 @@ TOO_SHORT_TITLE = "Too short for an input-bound verdict"
 def too_short(summary: RunSummary) -> bool:
     """Fewer than :data:`MIN_STEPS_FOR_VERDICT` timed steps (0 means "not counted", as in old summaries), and no
     num_workers probe measured the DataLoader instead: no graded verdict then."""
-    return 0 < summary.timing.steps < MIN_STEPS_FOR_VERDICT and "num_workers" not in summary.probes
+    return 0 < summary.timing.steps < MIN_STEPS_FOR_VERDICT and summary.probes.num_workers is None
 
 
 def _too_short_finding(summary: RunSummary, evidence: str) -> Finding:
@@ -113,7 +113,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
         )
     timing = summary.timing
     short = 0 < timing.steps < MIN_STEPS_FOR_INPUT_VERDICT
-    if short and "num_workers" not in summary.probes:  # a probe measured: its verdict stands
+    if short and summary.probes.num_workers is None:  # a probe measured: its verdict stands
         return Finding(
             id="input_bound",
             severity="low",

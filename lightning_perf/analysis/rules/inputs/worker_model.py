@@ -1,7 +1,7 @@
 """How many DataLoader workers a run wants once each worker's hand-off of a batch is charged.
 
 A worker's batch is pickled, queued through shared memory and rebuilt by the training process: a cost per batch
-that 0 workers never pay (``summary.probes["handoff"]``, measured by :mod:`lightning_perf.probes.handoff`: the
+that 0 workers never pay (``summary.probes.handoff``, measured by :mod:`lightning_perf.probes.handoff`: the
 wall time per batch ``H`` one worker needs to deliver a ready batch, and the training thread's own share ``h``).
 With a batch's load time ``L`` and compute time ``C``, the step is about
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
-from lightning_perf.analysis.rules.helpers import others_busy, probe_value
+from lightning_perf.analysis.rules.helpers import others_busy
 from lightning_perf.analysis.rules.thresholds import NEAR_BEST_STEP_PCT, WORKERS_MARGIN
 from lightning_perf.analysis.summary import RunSummary
 
@@ -54,20 +54,18 @@ class HandOffCost:
 
 def handoff_of(summary: RunSummary) -> HandOffCost | None:
     """The measured hand-off of the run's batch, or ``None`` when it was not measured."""
-    probe = summary.probes.get("handoff")
+    probe = summary.probes.handoff
     if probe is None:
         return None
-    per_batch, main = _num(probe_value(probe, "ms_per_batch")), _num(probe_value(probe, "main_ms"))
+    per_batch, main, load = _num(probe.ms_per_batch), _num(probe.main_ms), _num(probe.load_ms)
     if per_batch is None or per_batch <= 0:
         return None
-    size, load = probe_value(probe, "batch_bytes"), _num(probe_value(probe, "load_ms"))
-    touch = _num(probe_value(probe, "touch_ms")) or 0.0
     return HandOffCost(
         per_batch,
         max(0.0, main or 0.0),
-        size if isinstance(size, int) else 0,
+        probe.batch_bytes,
         load if load and load > 0 else None,
-        max(0.0, touch),
+        max(0.0, _num(probe.touch_ms) or 0.0),
     )
 
 
