@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   creates .venv and runs `lightning-perf tune` on the ResNet-18 example config (synthetic data)
 #   make test   creates .venv and runs lint + the test suite (what .ci/run calls)
+#   make lint   ruff, mypy (its baseline in pyproject.toml) and vulture; make test-fast: the pure stages' tests
 #   make docs   builds the documentation site (mkdocs.yml, docs/) into site/, failing on any warning
 #   make gpu-check  on a machine with one NVIDIA GPU: one pass/fail table of what the GPU side promises
 #                   (under 5 minutes; also written to $$OUT/gpu_check.txt and .json when OUT is set)
@@ -15,7 +16,7 @@ LIGHTNING ?= 2.6.6
 # the other Lightning versions of the declared range (pyproject's `lightning>=2.4,<3`) that .ci/run tests
 LIGHTNING_MATRIX ?= 2.5.6 2.4.0
 
-.PHONY: venv demo docs gpu-check test test-lightning test-integrations print-lightning print-lightning-matrix lint bench clean
+.PHONY: venv demo docs gpu-check test test-fast test-lightning test-integrations print-lightning print-lightning-matrix lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,20 +37,26 @@ docs: venv
 gpu-check: venv
 	$(BIN)/python benchmarks/gpu_check.py
 
-lint: venv
 # mypy reads its settings and its baseline of modules not checked yet from pyproject.toml ([tool.mypy]); vulture
 # reports code nothing uses, less the names frameworks read (vulture_whitelist.py)
+lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-
 	$(BIN)/mypy
 	$(BIN)/vulture lightning_perf vulture_whitelist.py --min-confidence 80
+
 # PYTHONFAULTHANDLER: a test process (or a rank it spawns) that dies of a signal prints every thread's stack.
 # PYTEST_JOBS: the suite in that many worker processes (pytest-xdist): one a core, at most 4 (most tests are one
 # Python thread running a tiny fit; the suite took 16.4 min in one process on 2 cores, 11.0 min in two)
 PYTEST_JOBS ?= -n auto --maxprocesses 4
 test: lint
 	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest $(PYTEST_JOBS)
+
+# the pure stages, the trace reader and the import architecture: no Trainer, no subprocess of a fit (the loop
+# while editing lightning_perf/analysis or lightning_perf/traces; `make test` runs them too)
+FAST_TESTS = tests/analysis tests/traces tests/test_architecture.py
+test-fast: venv
+	PYTHONFAULTHANDLER=1 $(BIN)/python -m pytest -q $(PYTEST_JOBS) $(FAST_TESTS)
 
 # the libraries that drive Lightning for their users (darts, pytorch-forecasting, neuralforecast, lightly), in a
 # venv of their own: they cap pandas below 3 and scipy below 1.16, which the main venv's packages have moved past.
