@@ -29,6 +29,7 @@ from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.probe_results import NumWorkersProbe
 from lightning_perf.analysis.rules.helpers import change_text
+from lightning_perf.analysis.rules.inputs.waiting import verdict_of
 from lightning_perf.analysis.rules.thresholds import ARGUMENT_TARGETS, SETTING_TARGETS, VERDICTS
 from lightning_perf.analysis.summary import Finding, RunSummary
 
@@ -38,7 +39,7 @@ def render_markdown(findings: Sequence[Finding], summary: RunSummary) -> str:
     lines = [f"## lightning-perf diagnosis{': ' + summary.run_name if summary.run_name else ''}", ""]
     verdict = next((f for f in findings if f.id == "input_bound"), None)
     if verdict is not None:
-        lines.append(f"**Verdict: {_verdict_text(verdict)}.** {verdict.evidence}")
+        lines.append(f"**Verdict: {verdict_of(verdict)}.** {verdict.evidence}")
     else:
         lines.append("**Verdict: unknown** (no DataLoader timing was measured).")
     figures = _key_figures(summary)
@@ -70,7 +71,7 @@ def render_console(findings: Sequence[Finding], max_lines: int = 5, head: str | 
     verdict = next((f for f in findings if f.id == "input_bound"), None)
     if head is None:
         head = "lightning-perf: " + (
-            f"{_verdict_text(verdict)} - {verdict.evidence}" if verdict else "no timing data"
+            f"{verdict_of(verdict)} - {verdict.evidence}" if verdict else "no timing data"
         )
     actionable = [f for f in findings if f.severity != "info"]
     if not actionable:
@@ -119,10 +120,6 @@ def _plain_text(renderable: Any) -> str:
     return "\n".join(line.rstrip() for line in text.getvalue().splitlines()).rstrip("\n")
 
 
-def _verdict_text(finding: Finding) -> str:
-    return next((v for v in VERDICTS if v in finding.title), finding.title)
-
-
 def _key_figures(summary: RunSummary) -> str:
     timing, parts = summary.timing, []
     if timing.step_time_ms is not None:
@@ -147,12 +144,11 @@ def render_answer(findings: Sequence[Finding], summary: RunSummary, no_trace: st
     as one table, or the reason none does."""
     verdict = next((f for f in findings if f.id == "input_bound"), None)
     head = [
-        "lightning-perf: "
-        + (f"{_verdict_text(verdict)} - {verdict.evidence}" if verdict else "no timing data")
+        "lightning-perf: " + (f"{verdict_of(verdict)} - {verdict.evidence}" if verdict else "no timing data")
     ]
     compute = mfu_line(summary.compute_limit) if summary.compute_limit is not None else None
     head += [f"lightning-perf: {compute}"] if compute else []
-    if verdict is None or _verdict_text(verdict) != VERDICTS[0]:
+    if verdict is None or verdict_of(verdict) != VERDICTS[0]:
         # the user's code first, the machine's operators after
         head += anatomy_lines(summary.anatomy) + module_lines(summary.trace_figures)
         operators = operator_lines(summary)

@@ -279,6 +279,10 @@ class Finding:
     evidence: str
     recommendation: str
     settings_change: dict[str, Any] = field(default_factory=dict)
+    # the input-bound finding's grade, one of rules.thresholds.VERDICTS, read where the verdict is shown (never
+    # its title, whose words may change); None on other findings, on a run too short for a grade, and in
+    # summaries written before the field (rules.inputs.waiting.verdict_of reads their titles)
+    verdict: str | None = None
 
 
 @dataclass

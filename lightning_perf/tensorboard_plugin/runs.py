@@ -14,7 +14,7 @@ from lightning_perf.analysis.compute.anatomy import PART_LABELS
 from lightning_perf.analysis.compute.anatomy_text import top_hook
 from lightning_perf.analysis.rules.cross_rank import find_straggler, rows_from_stats
 from lightning_perf.analysis.rules.helpers import change_text
-from lightning_perf.analysis.rules.thresholds import VERDICTS
+from lightning_perf.analysis.rules.inputs.waiting import verdict_of
 from lightning_perf.analysis.run_discovery import find_runs
 from lightning_perf.analysis.summary import (
     MAX_SUMMARY_BYTES,
@@ -73,8 +73,7 @@ def verdict(summary: RunSummary | _Headline) -> dict[str, str] | None:
     found = next((f for f in summary.findings if f.id == "input_bound"), None)
     if found is None:
         return None
-    words = next((v for v in VERDICTS if v in found.title), found.title)
-    return {"verdict": words, "evidence": found.evidence}
+    return {"verdict": verdict_of(found), "evidence": found.evidence}
 
 
 # The run list's few figures, decoded by msgspec straight from the file (unknown fields skipped): a run's full
@@ -92,6 +91,7 @@ class _Finding(msgspec.Struct):
     id: str
     title: str
     evidence: str = ""
+    verdict: str | None = None  # absent in summaries written before Finding.verdict
 
 
 class _Headline(msgspec.Struct):

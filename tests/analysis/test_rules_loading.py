@@ -142,7 +142,8 @@ def test_fast_loader_gets_no_workers_advice():
 def test_a_probe_never_lowers_the_workers_of_an_input_bound_run():
     summary = storage_run(4)
     summary.probes.num_workers = NumWorkersProbe(suggested=1, reason="r")
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     assert workers is None and "nothing faster than 4" in why
     assert by_id(diagnose(summary), "workers_exceed_cores") is None
 
@@ -152,7 +153,8 @@ def test_a_probe_that_measured_fewer_workers_faster_lowers_them():
     rates = {0: 30.0, 1: 80.0, 2: 70.0, 4: 60.0}
     candidates = [{"num_workers": n, "status": "measured", "batches_per_sec": r} for n, r in rates.items()]
     summary.probes.num_workers = NumWorkersProbe(candidates=candidates, suggested=1, reason="r")
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     assert workers == 1 and why.startswith("measured by the num_workers probe")
 
 
@@ -161,8 +163,11 @@ def test_a_disturbed_probe_gives_no_settings_change_and_no_fallback_estimate():
     summary.probes.num_workers = NumWorkersProbe(
         reason="r", disturbed=True, machine_note="other processes used 1.9 of 2 cores"
     )
-    workers, why = suggest_workers(summary)
-    assert workers is None and why.startswith("not measured") and "1.9 of 2 cores" in why
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
+    assert (
+        workers is None and not advice.measured and why.startswith("not measured") and "1.9 of 2 cores" in why
+    )
     found = by_id(diagnose(summary), "input_bound")
     assert found.settings_change == {} and "No workers count is advised (not measured" in found.recommendation
 

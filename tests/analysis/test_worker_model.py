@@ -49,7 +49,8 @@ def test_a_hand_off_figure_read_back_from_json_or_absent():
 def test_a_quick_fetch_with_0_workers_keeps_0():
     """0.72 ms steps, 0.1 ms of them the fetch: before, 'num_workers=1' (4.4x slower)."""
     summary = with_handoff(storage_run(0, wait_pct=14.0, step_ms=0.72, wait_ms=0.1))
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     assert workers is None and "hands a batch over in 2.50 ms for 528 bytes" in why
     assert by_id(summary, "input_bound").settings_change == {}
 
@@ -58,11 +59,14 @@ def test_a_quick_fetch_whose_hand_off_was_not_measured_keeps_0():
     """CI beside heavy load: the hand-off's probe timed out (worker start-up past its budget) and a 0.2 ms fetch
     that read as waiting (the training thread blocked, not on a core) was told 'num_workers=2' by the estimate."""
     summary = with_handoff(storage_run(0, wait_pct=17.0, step_ms=1.1, wait_ms=0.2), ms_per_batch=None)
-    workers, why = suggest_workers(summary)
-    assert workers is None and why.startswith("not measured") and "keep 0 workers" in why, why
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
+    assert (
+        workers is None and not advice.measured and why.startswith("not measured") and "keep 0 workers" in why
+    ), why
     assert by_id(summary, "input_bound").settings_change == {}
     # a fetch dearer than any hand-off is still sized by the estimate
-    assert suggest_workers(storage_run(0))[0] >= 2
+    assert suggest_workers(storage_run(0)).count >= 2
 
 
 def test_a_probe_that_timed_only_0_workers_leaves_it_to_the_hand_off():
@@ -77,17 +81,19 @@ def test_a_probe_that_timed_only_0_workers_leaves_it_to_the_hand_off():
             {"num_workers": 1, "error": "budget spent"},
         ],
     )
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     assert workers is None and "the num_workers probe timed no worker count beside 0" in why
     # without a hand-off figure, the rule stands: 0 workers never overlap the step
     summary.probes.handoff = None
-    assert suggest_workers(summary)[0] == 1
+    assert suggest_workers(summary).count == 1
 
 
 def test_workers_idle_on_the_hand_off_are_told_0():
     """2 workers handing over cheap batches (load 0.1 ms timed after the fit): fewer workers, down to 0."""
     summary = with_handoff(storage_run(2, wait_pct=45.0, step_ms=3.5, wait_ms=1.6))
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     assert workers == 0 and why.startswith("the hand-off costs more than the loading")
     assert "predicted step 2.00 ms with 0 workers against 3.50 ms measured with 2 workers" in why
     found = {f.id for f in diagnose(summary)}
@@ -96,7 +102,8 @@ def test_workers_idle_on_the_hand_off_are_told_0():
 
 def test_a_slow_storage_loader_still_gets_workers_past_the_cores():
     summary = with_handoff(storage_run(0), load_ms=None)
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     assert workers is not None and workers >= 8 and "the loading costs more than its hand-off" in why
     change = by_id(summary, "input_bound").settings_change
     assert change == {"num_workers": workers, "persistent_workers": True}  # the text says both
@@ -104,7 +111,7 @@ def test_a_slow_storage_loader_still_gets_workers_past_the_cores():
 
 def test_a_run_with_workers_is_told_at_most_twice_as_many():
     summary = with_handoff(storage_run(4), load_ms=None)
-    workers, _ = suggest_workers(summary)
+    workers = suggest_workers(summary).count
     assert workers == 8
 
 
@@ -158,10 +165,11 @@ def test_a_quick_fetch_that_waited_for_busy_cores_is_charged_its_own_load():
     # its sampled fetches: 3.9% on a core, 8.4% waiting for one, the rest blocked
     summary.timing.fetch_runqueue_ms, summary.timing.fetch_runqueue_wall_ms = 67.2, 800.0
     summary.timing.fetches_runqueue_sampled = 10
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     assert workers is None, why
     assert "fetched in the training process after the fit" in why
     quiet = with_handoff(
         storage_run(0, wait_pct=22.0, step_ms=3.73, wait_ms=0.82), ms_per_batch=4.15, load_ms=0.035
     )
-    assert "the run's fetches in the training thread" in suggest_workers(quiet)[1]
+    assert "the run's fetches in the training thread" in suggest_workers(quiet).why

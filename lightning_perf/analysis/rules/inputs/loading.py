@@ -158,10 +158,20 @@ def waiting_workers_cap(summary: RunSummary, loading: Loading, cores: int) -> tu
 NOT_MEASURED = "not measured"
 
 
-def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
-    """(num_workers, why) for an input-bound run: ``(None, why)`` when no other count is advised (``why`` starting
-    with ``NOT_MEASURED`` when a busy machine disturbed the measurement), ``(None, "")`` when there is not enough
-    data to say.
+@dataclass(frozen=True)
+class WorkersAdvice:
+    """The num_workers advice for an input-bound run: ``count`` None when no other count is advised, ``why`` the
+    reason as shown ("" when there is not enough data to say). ``measured`` False when no count could be measured
+    here (a busy machine disturbed it, or the hand-off it turns on was not timed): ``why`` then starts with
+    :data:`NOT_MEASURED`, and callers decide on the flag, never on those words."""
+
+    count: int | None
+    why: str
+    measured: bool = True
+
+
+def suggest_workers(summary: RunSummary) -> WorkersAdvice:
+    """The :class:`WorkersAdvice` for an input-bound run.
 
     A num_workers probe that measured undisturbed decides, fewer workers or 0 included. Without one, a measured
     hand-off (:mod:`lightning_perf.analysis.rules.inputs.worker_model`) charges every worker count its cost and the count
@@ -177,10 +187,11 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
     if held is not None and not waits_beside_others(summary, loading):
         # a loading that computes shares the cores the others hold (or was not measured apart from waiting for
         # one): no count measured here holds without them
-        return None, (
+        why = (
             f"{NOT_MEASURED}: {held}, so a loading that computes cannot be sized here; measure again with the "
             "cores free"
         )
+        return WorkersAdvice(None, why, measured=False)
     cap, cap_why = _workers_cap(summary, loading, cores)
     charged = charged_choice(summary, cap)
     if charged is not None:
@@ -188,7 +199,7 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
         if loading is not None and (pick is None or current is None or pick >= current):
             # not where fewer workers are advised: workers that wait on the hand-off queue are not storage
             why = f"{loading.describe()}; {why}"
-        return pick, why
+        return WorkersAdvice(pick, why)
     wait = summary.timing.data_wait_ms
     # beside busy cores the mean fetch is lifted by the fetches that lost their core (an in-memory fetch's median
     # 0.14-0.16 ms against a mean of 5.9-7.6 ms beside four CPU hogs, a CI run told 1 worker from it): there the
@@ -199,12 +210,13 @@ def suggest_workers(summary: RunSummary) -> tuple[int | None, str]:
         # a batch over for less than this fetch costs the training thread, so no estimate may add one
         assert wait is not None
         lifted = f" (its median; the mean, {_fmt(wait.mean)} ms, waited for the busy cores)" if held else ""
-        return None, (
+        why = (
             f"{NOT_MEASURED}: a batch loads in {_fmt(typical)} ms in the training thread{lifted}, less than a "
             f"worker's hand-off of a batch costs it (~{_fmt(HANDOFF_MAIN_FLOOR_MS)} ms or more), and the hand-off "
             "itself was not measured; keep 0 workers"
         )
-    return _estimated(summary, loading, cores, cap, cap_why)
+        return WorkersAdvice(None, why, measured=False)
+    return WorkersAdvice(*_estimated(summary, loading, cores, cap, cap_why))
 
 
 def _workers_cap(summary: RunSummary, loading: Loading | None, cores: int | None) -> tuple[int | None, str]:
@@ -260,16 +272,17 @@ def _estimated(
     return target, why
 
 
-def _by_probe(summary: RunSummary) -> tuple[int | None, str] | None:
+def _by_probe(summary: RunSummary) -> WorkersAdvice | None:
     """What a num_workers probe decides (a busy one: that nothing is advised), or None where no probe measured."""
     current = summary.settings.num_workers
     probe = summary.probes.num_workers
     if probe is not None and probe.disturbed:
         note = probe.machine_note or "other processes busied the machine"
-        return None, (
+        why = (
             f"{NOT_MEASURED}: the num_workers probe ran on a busy machine ({note}), so no count is advised; "
             "measure again on a quiet machine"
         )
+        return WorkersAdvice(None, why, measured=False)
     measured = _probe_suggestion(summary)
     if measured is not None:
         suggested, reason = measured
@@ -278,18 +291,20 @@ def _by_probe(summary: RunSummary) -> tuple[int | None, str] | None:
             or suggested > current
             or (suggested < current and _probe_compared(probe, suggested))
         ):
-            return suggested, f"measured by the num_workers probe: {reason}"
+            return WorkersAdvice(suggested, f"measured by the num_workers probe: {reason}")
         if current == 0 and not _probe_compared(probe, 0):
             # a probe that timed no worker count beside 0 (its budget spent on a busy machine) cannot undo that 0
             # workers never overlap the step, but the measured hand-off can: it decides where there is one
             charged = charged_choice(summary, None)
             if charged is not None:
-                return charged[0], f"{charged[1]} (the num_workers probe timed no worker count beside 0)"
-            return (
+                return WorkersAdvice(
+                    charged[0], f"{charged[1]} (the num_workers probe timed no worker count beside 0)"
+                )
+            return WorkersAdvice(
                 1,
                 "with 0 workers loading never overlaps the step; the num_workers probe found no more needed",
             )
-        return None, f"the num_workers probe found nothing faster than {current}: {reason}"
+        return WorkersAdvice(None, f"the num_workers probe found nothing faster than {current}: {reason}")
     return None
 
 

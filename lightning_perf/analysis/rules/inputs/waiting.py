@@ -5,12 +5,13 @@ Each rule is ``(summary, verdict) -> Finding | None``: silent when its evidence 
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from lightning_perf.analysis.gpu_measures import WITH_EPOCH_STARTS, input_wait
 from lightning_perf.analysis.numbers import finite as _num
 from lightning_perf.analysis.numbers import fmt1 as _fmt
 from lightning_perf.analysis.rules.helpers import lightning_worker_bound, means, on_cuda, usable_cores
 from lightning_perf.analysis.rules.inputs.loading import (
-    NOT_MEASURED,
     WAITS,
     Loading,
     loading_of,
@@ -35,6 +36,22 @@ MIN_STEPS_FOR_INPUT_VERDICT = 20
 
 
 TOO_SHORT_TITLE = "Too short for an input-bound verdict"
+
+
+class _Graded(Protocol):
+    """An input-bound finding as its readers see it: a summary's :class:`Finding` or the Perf tab's fast decode."""
+
+    title: str
+    verdict: str | None
+
+
+def verdict_of(finding: _Graded) -> str:
+    """The input-bound verdict as shown (one of ``VERDICTS``): the finding's ``verdict``; a finding without one
+    shows its title (:data:`TOO_SHORT_TITLE`). Summaries written before the field named the grade only in the
+    title: read there, in this one place, and only for them (a newer finding's title holds no grade then)."""
+    if finding.verdict is not None:
+        return finding.verdict
+    return next((v for v in VERDICTS if v in finding.title), finding.title)
 
 
 def too_short(summary: RunSummary) -> bool:
@@ -110,6 +127,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             recommendation="The DataLoader keeps up; look at compute, not the input pipeline."
             if "crosses" not in words
             else "The DataLoader mostly keeps up; look at compute first, the input pipeline second.",
+            verdict=verdict,
         )
     timing = summary.timing
     short = 0 < timing.steps < MIN_STEPS_FOR_INPUT_VERDICT
@@ -121,6 +139,7 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             evidence=evidence + f"; only {timing.steps} steps were timed, so start-up weighs on the share.",
             recommendation=f"Measure at least {MIN_STEPS_FOR_INPUT_VERDICT} steps before changing the input "
             "pipeline: a short run cannot tell a slow DataLoader from its start-up.",
+            verdict=verdict,
         )
     severity = "high" if verdict == VERDICTS[0] else "medium"
     loading = loading_of(summary)
@@ -137,15 +156,19 @@ def input_bound(summary: RunSummary, verdict: str | None) -> Finding | None:
             f"Set `persistent_workers=True` in the training DataLoader: its {current} workers start again every "
             "epoch, and the batches wait for them.",
             {"persistent_workers": True},
+            verdict,
         )
     recommendation, change = _workers_advice(summary, loading)
-    return Finding("input_bound", severity, f"Training is {words}", evidence + ".", recommendation, change)
+    return Finding(
+        "input_bound", severity, f"Training is {words}", evidence + ".", recommendation, change, verdict
+    )
 
 
 def _workers_advice(summary: RunSummary, loading: Loading | None) -> tuple[str, dict[str, object]]:
     """The input-bound finding's recommendation and settings change for the DataLoader's workers."""
     current = summary.settings.num_workers
-    workers, why = suggest_workers(summary)
+    advice = suggest_workers(summary)
+    workers, why = advice.count, advice.why
     change: dict[str, object] = {} if workers is None else {"num_workers": workers}
     if workers is not None:
         recommendation = f"Set `num_workers={workers}` in the training DataLoader ({why})."
@@ -161,7 +184,7 @@ def _workers_advice(summary: RunSummary, loading: Loading | None) -> tuple[str, 
             and "persistent_workers=True" in recommendation
         ):
             change["persistent_workers"] = True  # the change does what the text says
-    elif why.startswith(NOT_MEASURED):
+    elif not advice.measured:
         recommendation = f"No workers count is advised ({why})."
     elif why and handoff_of(summary) is not None:
         recommendation = (
@@ -238,7 +261,7 @@ def fewer_workers_advised(summary: RunSummary) -> bool:
     current = summary.settings.num_workers
     if not current:
         return False
-    workers, _ = suggest_workers(summary)
+    workers = suggest_workers(summary).count
     return workers is not None and workers < current
 
 
