@@ -20,6 +20,7 @@ from lightning_perf.collect.run_state import PerfSession, first_tensor, open_ses
 from lightning_perf.collect.sampling import sampler_start
 from lightning_perf.collect.steps import fetch_timing as fetcher_hooks
 from lightning_perf.collect.steps import hook_profiler
+from lightning_perf.errors import ConfigError
 from lightning_perf.output import loggers, windows
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
 from lightning_perf.run_end.context import RunEnd
@@ -159,7 +160,7 @@ class PerfCallback(*namespaces.callback_bases()):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         pytorch_profiler = namespaces.is_instance(trainer.profiler, "profilers", "PyTorchProfiler")
         if pytorch_profiler and self.config.enable_profiler:
-            raise ValueError(
+            raise ConfigError(
                 "`Trainer(profiler=...)` is a PyTorchProfiler and PerfCallback drives torch.profiler itself: "
                 "the two would disable each other. Remove the Trainer's profiler (PerfCallback records the "
                 "same traces), or pass `PerfCallback(enable_profiler=False)`."

@@ -43,6 +43,7 @@ from lightning_perf.analysis.probe_results import NumWorkersProbe
 from lightning_perf.analysis.rules.noise import noisy_machine
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.sampling.machine_state import MachineWatch
+from lightning_perf.errors import ConfigError
 from lightning_perf.probes.loader_copy import copy_loader, preserved_random_state, shutdown_workers
 from lightning_perf.probes.worker_choice import (
     DEFAULT_MARGIN,
@@ -121,25 +122,25 @@ def probe_num_workers(
             (:mod:`lightning_perf.probes.handoff`): the least wait any worker count leaves; ``None``: not measured.
     """
     if not isinstance(dataloader, DataLoader):
-        raise ValueError(
+        raise ConfigError(
             f"dataloader: expected a torch.utils.data.DataLoader, got {type(dataloader).__name__}"
         )
     if compute_ms_per_batch is not None and not _positive(compute_ms_per_batch):
-        raise ValueError(
+        raise ConfigError(
             f"compute_ms_per_batch: expected a positive number or None, got {compute_ms_per_batch!r}"
         )
     if not _positive(budget_s):
-        raise ValueError(f"budget_s: expected a positive number of seconds, got {budget_s!r}")
+        raise ConfigError(f"budget_s: expected a positive number of seconds, got {budget_s!r}")
     if max_workers is not None and whole(max_workers) is None:
-        raise ValueError(f"max_workers: expected an int >= 0 or None, got {max_workers!r}")
+        raise ConfigError(f"max_workers: expected an int >= 0 or None, got {max_workers!r}")
     if max_workers is not None and max_workers < 0:
-        raise ValueError(f"max_workers: expected an int >= 0 or None, got {max_workers}")
+        raise ConfigError(f"max_workers: expected an int >= 0 or None, got {max_workers}")
     if not _positive(margin):
-        raise ValueError(f"margin: expected a positive number, got {margin!r}")
+        raise ConfigError(f"margin: expected a positive number, got {margin!r}")
     if not isinstance(loading_waits, bool):
-        raise ValueError(f"loading_waits: expected True or False, got {loading_waits!r}")
+        raise ConfigError(f"loading_waits: expected True or False, got {loading_waits!r}")
     if handoff_main_ms is not None and (finite(handoff_main_ms) is None or handoff_main_ms < 0):
-        raise ValueError(f"handoff_main_ms: expected a number >= 0 or None, got {handoff_main_ms!r}")
+        raise ConfigError(f"handoff_main_ms: expected a number >= 0 or None, got {handoff_main_ms!r}")
     floor = float(handoff_main_ms or 0.0)
 
     counts, counts_note = probe_counts(max_workers, loading_waits)

@@ -16,6 +16,7 @@ from typing import Any
 
 from lightning_perf import console
 from lightning_perf.atomic_file import atomic_open, atomic_path, describe_os_error
+from lightning_perf.errors import ConfigError
 from lightning_perf.traces.figures.analysis import span_of
 from lightning_perf.traces.read.reader import TraceReader
 
@@ -201,9 +202,9 @@ def export_memory_timeline(prof: Any, out_path: str | os.PathLike[str], device: 
     """
     out_path = os.fspath(out_path)
     if not out_path.endswith(".html"):
-        raise ValueError(f"out_path must end with .html (an HTML memory timeline), got {out_path!r}")
+        raise ConfigError(f"out_path must end with .html (an HTML memory timeline), got {out_path!r}")
     if not isinstance(device, str) or not device:
-        raise ValueError(f"device must be a device name such as 'cuda:0' or 'cpu', got {device!r}")
+        raise ConfigError(f"device must be a device name such as 'cuda:0' or 'cpu', got {device!r}")
     missing = [flag for flag in MEMORY_TIMELINE_FLAGS if not getattr(prof, flag, False)]
     if missing:
         log.warning(

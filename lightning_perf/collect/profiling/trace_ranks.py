@@ -44,7 +44,7 @@ def ranks_to_trace(world_size: int, ranks_per_node: int | Sequence[int], setting
     A listed rank that does not exist in the job is an error naming it (the job would record nothing there).
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+        raise ConfigError(f"world_size must be an integer >= 1, got {world_size!r}")
     setting = validate(setting)
     everyone = set(range(world_size))
     if setting == "all" or (setting == "auto" and world_size <= AUTO_ALL_RANKS):
@@ -64,7 +64,7 @@ def node_starts(world_size: int, ranks_per_node: int | Sequence[int]) -> list[in
     """The first global rank of each node."""
     if isinstance(ranks_per_node, int):
         if isinstance(ranks_per_node, bool) or ranks_per_node < 1:
-            raise ValueError(f"ranks_per_node must be >= 1, got {ranks_per_node}")
+            raise ConfigError(f"ranks_per_node must be >= 1, got {ranks_per_node}")
         return list(range(0, world_size, ranks_per_node))
     starts = sorted({int(rank) for rank in ranks_per_node} | {0})
     return [rank for rank in starts if 0 <= rank < world_size]

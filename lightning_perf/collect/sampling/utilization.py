@@ -59,6 +59,7 @@ from lightning_perf.collect.sampling.nvml import (
     torch_cuda_uuid,
 )
 from lightning_perf.collect.sampling.sampler_stats import Stats, clock_figures, gpu_figures
+from lightning_perf.errors import ConfigError
 
 __all__ = [
     "CPU_UTIL",
@@ -118,15 +119,15 @@ class UtilSampler:
         memory: MemoryRecorder | None = None,
     ) -> None:
         if not (finite(interval_s) is not None and interval_s > 0):
-            raise ValueError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
+            raise ConfigError(f"interval_s must be a finite number of seconds > 0, got {interval_s!r}")
         if cuda_devices is not None and not all(whole(i) is not None and i >= 0 for i in cuda_devices):
-            raise ValueError(
+            raise ConfigError(
                 f"cuda_devices must be a list of CUDA indices >= 0 or None, got {cuda_devices!r}"
             )
         if pid is not None and not (whole(pid) is not None and pid > 0):
-            raise ValueError(f"pid must be a process id > 0 or None (this process), got {pid!r}")
+            raise ConfigError(f"pid must be a process id > 0 or None (this process), got {pid!r}")
         if cpu_interval_s is not None and not (finite(cpu_interval_s) is not None and cpu_interval_s >= 0):
-            raise ValueError(
+            raise ConfigError(
                 f"cpu_interval_s must be a number of seconds >= 0 or None, got {cpu_interval_s!r}"
             )
         self.interval_s = float(interval_s)

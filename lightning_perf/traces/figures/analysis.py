@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from lightning_perf.errors import ConfigError
 from lightning_perf.traces.figures.breakdown import (
     CATEGORIES,
     CATEGORY_LABELS,
@@ -98,7 +99,7 @@ def kernel_busy_pct(
             return None  # the trace spans no time (zero-length events only): no share to give
     start, end = window
     if not end > start:
-        raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
+        raise ConfigError(f"window must be (start, end) with end > start, got {window!r}")
     busy = intersect(union_of(cols, kernels), intervals_window(start, end)).length()
     return 100.0 * busy / (end - start)
 

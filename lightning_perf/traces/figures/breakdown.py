@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from lightning_perf.errors import ConfigError
 from lightning_perf.traces.figures.intervals import (
     Intervals,
     clipped_lengths,
@@ -152,7 +153,7 @@ def step_breakdown(events: Iterable[Mapping[str, Any] | Span], alignment: str = 
     host start to the end of the GPU work it launched, and its categories count its own spans only).
     """
     if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+        raise ConfigError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
     # what each span is depends on (category, name) only: a few hundred pairs, each decided once
     cols = columns_of(events)
     kind = cols.classify(_kind_of)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lightning_perf.errors import ConfigError
 from lightning_perf.traces.figures.breakdown import before_steps, launch_times
 from lightning_perf.traces.figures.intervals import NO_INTERVALS, Intervals, intersect, subtract, union_of
 from lightning_perf.traces.figures.intervals import window as intervals_window
@@ -166,7 +167,7 @@ def busy_pct(spans: Iterable[Span], window: tuple[float, float], compute_only: b
     (NCCL waiting for a peer keeps a kernel "running" while the GPU computes nothing). None without kernels."""
     start, end = window
     if not end > start:
-        raise ValueError(f"window must be (start, end) with end > start, got {window!r}")
+        raise ConfigError(f"window must be (start, end) with end > start, got {window!r}")
     cols = columns_of(spans)
     kernels = cols.in_cats(KERNEL_CATS)
     if compute_only:

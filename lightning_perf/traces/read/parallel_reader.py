@@ -25,6 +25,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from lightning_perf.errors import ConfigError
 from lightning_perf.processes import alive
 from lightning_perf.traces.read.allocator import keep_freed_memory
 
@@ -47,7 +48,9 @@ def check_jobs(jobs: int | None) -> int:
     if jobs is None:
         return default_jobs()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an int >= 1 (processes reading traces at once) or None, got {jobs!r}")
+        raise ConfigError(
+            f"jobs must be an int >= 1 (processes reading traces at once) or None, got {jobs!r}"
+        )
     return jobs
 
 

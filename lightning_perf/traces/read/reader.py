@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from lightning_perf.analysis.numbers import whole
 from lightning_perf.atomic_file import atomic_path
+from lightning_perf.errors import ConfigError
 from lightning_perf.traces.read.gunzip import open_gzip_text
 from lightning_perf.traces.read.json_scanner import (
     EVENT,
@@ -220,11 +221,11 @@ def rewrite_trace(
     """
     for name, value, least in (("global_rank", global_rank, 0), ("world_size", world_size, 1)):
         if whole(value) is None or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+            raise ConfigError(f"{name} must be an int >= {least}, got {value!r}")
     if global_rank >= world_size:
-        raise ValueError(f"global_rank must be < world_size, got {global_rank} and {world_size}")
+        raise ConfigError(f"global_rank must be < world_size, got {global_rank} and {world_size}")
     if backend is not None and (not isinstance(backend, str) or not backend):
-        raise ValueError(f"backend must be a non-empty string or None, got {backend!r}")
+        raise ConfigError(f"backend must be a non-empty string or None, got {backend!r}")
     src, dst = os.fspath(src), os.fspath(dst)
     # the temporary name does not end like a trace: TensorBoard may be scanning the folder (open() gives the
     # file the umask's mode, as torch's own export does, so TensorBoard running as another user reads it)
