@@ -10,8 +10,8 @@ class LightningPerfError(Exception):
 
 
 class ConfigError(LightningPerfError, ValueError):
-    """An argument is invalid; raised at construction, before any training step. Names the argument, the
-    value and what is allowed."""
+    """An argument is invalid; the message names the argument, the value and what is allowed. PerfCallback's
+    settings raise it at construction, before any training step."""
 
 
 def exit_if_cli(err: ConfigError, owner: str) -> None:

@@ -27,6 +27,7 @@ from lightning_perf.analysis.rules.inputs import pipeline as rules_pipeline
 from lightning_perf.analysis.rules.inputs import waiting as rules_input
 from lightning_perf.analysis.rules.thresholds import SETTING_TARGETS, SEVERITY_ORDER
 from lightning_perf.analysis.summary import Finding, RunSummary
+from lightning_perf.errors import ConfigError
 
 # Rule order within one severity is the order findings are shown in.
 RULES = (
@@ -62,7 +63,7 @@ __all__ = ["RULES", "SETTING_TARGETS", "diagnose", "input_bound_verdict"]
 def diagnose(summary: RunSummary) -> list[Finding]:
     """All findings for ``summary``, most severe first (rule order within one severity)."""
     if not isinstance(summary, RunSummary):
-        raise ValueError(f"summary: expected a RunSummary, got {type(summary).__name__}")
+        raise ConfigError(f"summary: expected a RunSummary, got {type(summary).__name__}")
     verdict = input_bound_verdict(input_wait(summary).value)
     # a run too short for a verdict: the input-bound rule says so, and no other rule leans on a grade
     graded = None if rules_input.too_short(summary) else verdict

@@ -26,7 +26,7 @@ from lightning_perf.analysis.summary_decode import FieldError, build, suspects
 from lightning_perf.analysis.trace_figures import TraceFigures
 from lightning_perf.analysis.verdicts.statistics import median_interval
 from lightning_perf.atomic_file import atomic_open
-from lightning_perf.errors import LightningPerfError
+from lightning_perf.errors import ConfigError, LightningPerfError
 
 SUMMARY_FILENAME = "perf_summary.json"
 SCHEMA_NAME = "lightning-perf/run-summary"
@@ -97,7 +97,7 @@ def thinned(values: Sequence[float], limit: int = MAX_SAMPLES) -> list[float]:
 def percentile(ordered: Sequence[float], pct: float) -> float:
     """Linear-interpolated percentile of already sorted values (numpy's default method)."""
     if not ordered:
-        raise ValueError("percentile of an empty sequence")
+        raise ConfigError("percentile of an empty sequence")
     rank = (len(ordered) - 1) * pct / 100.0
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)

@@ -49,6 +49,7 @@ from lightning_perf.analysis.rules.trace_thresholds import (
 )
 from lightning_perf.analysis.summary import Finding, Settings
 from lightning_perf.analysis.trace_figures import TraceFigures
+from lightning_perf.errors import ConfigError
 
 
 def _bound(figures: TraceFigures) -> bool:
@@ -347,7 +348,7 @@ def diagnose_trace(
     ``training``: whether the trace shows a backward pass or optimizer step (the words of the findings);
     ``settings``: the run summary's, when there is one (precision and TF32, for traces without input types)."""
     if not isinstance(figures, TraceFigures):
-        raise ValueError(f"figures: expected TraceFigures, got {type(figures).__name__}")
+        raise ConfigError(f"figures: expected TraceFigures, got {type(figures).__name__}")
     found = (
         rule(figures, training=training)
         if rule in WORDED_BY_KIND

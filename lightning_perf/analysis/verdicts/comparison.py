@@ -46,7 +46,7 @@ from lightning_perf.analysis.verdicts.statistics import (
     fixed,
     log_ratio,
 )
-from lightning_perf.errors import LightningPerfError
+from lightning_perf.errors import ConfigError, LightningPerfError
 
 JSON_SCHEMA_NAME = "lightning-perf/comparison"
 JSON_SCHEMA_VERSION = 3
@@ -156,15 +156,17 @@ def compare(
     ``hparams``: each run's saved hyperparameters (or None), for the ones that differ (``hparams_diff``).
     """
     if len(summaries) != len(names):
-        raise ValueError(f"compare: {len(summaries)} summaries but {len(names)} names")
+        raise ConfigError(f"compare: {len(summaries)} summaries but {len(names)} names")
     if len(summaries) < 2:
-        raise ValueError(f"compare: needs at least two runs, got {len(summaries)}")
+        raise ConfigError(f"compare: needs at least two runs, got {len(summaries)}")
     if len(set(names)) != len(names):
-        raise ValueError(f"compare: run names must be unique, got {list(names)}")
+        raise ConfigError(f"compare: run names must be unique, got {list(names)}")
     if not 0 <= baseline < len(summaries):
-        raise ValueError(f"compare: baseline index {baseline} is out of range for {len(summaries)} runs")
+        raise ConfigError(f"compare: baseline index {baseline} is out of range for {len(summaries)} runs")
     if rounds is not None and len(rounds) != len(summaries):
-        raise ValueError(f"compare: rounds holds {len(rounds)} runs but there are {len(summaries)} summaries")
+        raise ConfigError(
+            f"compare: rounds holds {len(rounds)} runs but there are {len(summaries)} summaries"
+        )
     names = list(names)
     settings_diff, environment_diff = settings_diffs(summaries)
     metrics = [_metric_row(spec, summaries, baseline, rounds, confidence) for spec in METRICS]

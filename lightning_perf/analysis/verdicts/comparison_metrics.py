@@ -11,7 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_perf.analysis.summary import RunSummary, Settings, TimingSummary, UtilizationSummary
+from lightning_perf.analysis.summary import (
+    RunSummary,
+    Settings,
+    SummaryError,
+    TimingSummary,
+    UtilizationSummary,
+)
 from lightning_perf.analysis.verdicts.mean_intervals import mean_interval
 from lightning_perf.analysis.verdicts.statistics import POINTS, RATE, RATIO, TIME
 
@@ -134,7 +140,7 @@ VERDICT_DETAIL_KEYS = ("samples_per_sec", "data_wait_pct", "gpu_util_pct")
 
 
 def check_summary(summary: RunSummary) -> None:
-    """Raise ``ValueError`` saying what is wrong when a summary lacks the structure :func:`compare` reads.
+    """Raise :class:`SummaryError` saying what is wrong when a summary lacks the structure :func:`compare` reads.
 
     A hand-edited or corrupt ``perf_summary.json`` can parse yet hold ``"timing": null`` or a string where a
     number belongs; that must be an error, not a silent "n/a".
@@ -145,17 +151,17 @@ def check_summary(summary: RunSummary) -> None:
         ("settings", Settings),
     ):
         if not isinstance(getattr(summary, name), kind):
-            raise ValueError(f"{name} is {getattr(summary, name)!r}, expected an object")
+            raise SummaryError(f"{name} is {getattr(summary, name)!r}, expected an object")
     steps = summary.timing.steps
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-        raise ValueError(f"timing.steps is {steps!r}, expected a whole number >= 0")
+        raise SummaryError(f"timing.steps is {steps!r}, expected a whole number >= 0")
     for spec in METRICS:
         try:
             value = spec.get(summary)
         except AttributeError as err:
-            raise ValueError(f"cannot read {spec.key}: {err}") from err
+            raise SummaryError(f"cannot read {spec.key}: {err}") from err
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise ValueError(f"{spec.key} is {value!r}, expected a number or null")
+            raise SummaryError(f"{spec.key} is {value!r}, expected a number or null")
 
 
 def settings_diffs(summaries: Sequence[RunSummary]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:

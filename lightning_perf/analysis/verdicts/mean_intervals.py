@@ -34,6 +34,7 @@ from lightning_perf.analysis.verdicts.statistics import (
     scale_of,
     verdict_word,
 )
+from lightning_perf.errors import ConfigError
 
 # Batches per run: Schmeiser (1982) finds 10 to 30 batches enough for a valid interval; 10 keeps each batch as
 # long as possible (so a burst of a few steps stays inside one batch) at the runs of a few dozen steps a trial
@@ -166,7 +167,7 @@ def share_interval(
     below ``MIN_SAMPLES`` steps. Slow phases last many steps: an i.i.d. bootstrap over such steps covered the
     true share 44-58% of the time for a stated 95%, batch means 84-93% (tests/analysis/test_mean_verdicts.py)."""
     if len(part) != len(whole):
-        raise ValueError(f"share_interval: {len(part)} part samples but {len(whole)} whole samples")
+        raise ConfigError(f"share_interval: {len(part)} part samples but {len(whole)} whole samples")
     stats = _share_and_se(part, whole)
     if stats is None:
         return None

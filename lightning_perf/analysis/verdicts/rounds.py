@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from lightning_perf.analysis.summary import Distribution, RunSummary
 from lightning_perf.analysis.verdicts.mean_intervals import share_interval
+from lightning_perf.errors import ConfigError
 
 
 def without_warmup(summary: RunSummary, warmup_steps: int) -> RunSummary:
@@ -38,7 +39,7 @@ def pooled(summaries: Sequence[RunSummary]) -> RunSummary:
     whose mean step time is the median of the rounds'; throughput is the mean of the rounds'.
     """
     if not summaries:
-        raise ValueError("pooled: no summaries to pool")
+        raise ConfigError("pooled: no summaries to pool")
     means = [s.timing.step_time_ms.mean if s.timing.step_time_ms else float("inf") for s in summaries]
     middle = sorted(range(len(summaries)), key=means.__getitem__)[(len(summaries) - 1) // 2]
     steps = [v for s in summaries for v in s.timing.step_samples_ms]

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_perf.errors import ConfigError
+
 CONFIDENCE = 0.95
 # Bootstrap resamples: 2000 keeps the Monte-Carlo error of a 95% percentile bound near 0.5% of its width
 # (Efron & Tibshirani, "An Introduction to the Bootstrap", ch. 19: 1000-2000 for percentile intervals).
@@ -203,7 +205,7 @@ def mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
 
 def check_confidence(confidence: float) -> None:
     if not 0.5 <= confidence < 1.0:
-        raise ValueError(f"confidence: expected a number in [0.5, 1), got {confidence!r}")
+        raise ConfigError(f"confidence: expected a number in [0.5, 1), got {confidence!r}")
 
 
 def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
@@ -275,7 +277,7 @@ def compare_samples(
         "mean": lambda x, axis: np.mean(x, axis=axis),
     }
     if statistic not in reducers:
-        raise ValueError(f"statistic: expected one of {', '.join(reducers)}, got {statistic!r}")
+        raise ConfigError(f"statistic: expected one of {', '.join(reducers)}, got {statistic!r}")
     if len(baseline) < MIN_SAMPLES or len(other) < MIN_SAMPLES:
         return None
     base, run = np.asarray(baseline, dtype=float), np.asarray(other, dtype=float)
