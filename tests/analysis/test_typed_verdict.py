@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from lightning_perf.analysis.compute import mfu_rules
+from lightning_perf.analysis.compute.mfu_rules import Cause, CauseKind
 from lightning_perf.analysis.diagnosis import diagnose, input_bound_verdict
 from lightning_perf.analysis.findings_render import render_answer, render_markdown
 from lightning_perf.analysis.probe_results import NumWorkersProbe
@@ -18,6 +20,7 @@ from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.summary import RunSummary
 from tests.analysis.test_diagnosis import by_id, make
 from tests.analysis.test_rules_loading import storage_run
+from tests.analysis.test_rules_mfu import with_limit
 
 
 @pytest.mark.parametrize("pct", [50.0, 10.0, 2.0])
@@ -93,3 +96,16 @@ def test_the_recommendation_follows_the_measured_flag_not_the_words(monkeypatch)
     found = by_id(diagnose(summary), "input_bound")
     assert found.recommendation == "No workers count is advised (others held the cores)."
     assert found.settings_change == {}
+
+
+def test_the_low_mfu_causes_are_typed_and_the_advice_follows_their_kind():
+    # 40 matmuls of 10 kFLOP in a 2 ms step: launch-bound, the cause's kind says so
+    summary = with_limit(make(1.0, step_ms=2.0), flops=4e5, calls=40, step_ms=2.0)
+    causes = mfu_rules._causes(summary.compute_limit, summary)
+    assert [c.kind for c in causes] == [CauseKind.OVERHEAD]
+    assert causes[0].text.startswith("launch/framework overhead: the step's 40 counted operators")
+    # the advice reads the kind, not the words: the same kinds in other words advise the same
+    reworded = [Cause(CauseKind.OVERHEAD, "operators too small for the device")]
+    assert mfu_rules._advice(reworded, {}) == mfu_rules._advice(causes, {})
+    assert "CUDA graphs" in mfu_rules._advice(reworded, {})
+    assert "bf16" not in mfu_rules._advice([Cause(CauseKind.REST_OF_STEP, "precision: words only")], {})

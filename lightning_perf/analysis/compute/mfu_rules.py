@@ -10,7 +10,9 @@ without a measured peak. ``(summary, verdict) -> Finding | None`` like every rul
 
 from __future__ import annotations
 
+import enum
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_perf.analysis.compute.datasheet_peaks import lookup
@@ -45,6 +47,24 @@ _MATMUL = re.compile(
 _FASTER = ("bf16", "tf32", "fp16")
 
 
+class CauseKind(enum.Enum):
+    """What limits the MFU; the advice is chosen by kind, never by a cause's words."""
+
+    OVERHEAD = "launch/framework overhead"
+    SMALL_MATMULS = "small matmuls"
+    MEMORY_BOUND = "memory-bound operators"
+    PRECISION = "precision"
+    REST_OF_STEP = "the rest of the step"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One measured cause of a low MFU: its kind, and the sentence the evidence shows."""
+
+    kind: CauseKind
+    text: str
+
+
 def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
     limit = summary.compute_limit
     mfu = finite(limit.mfu_pct) if limit is not None else None
@@ -57,7 +77,7 @@ def low_mfu(summary: RunSummary, verdict: str | None) -> Finding | None:
         f"MFU {pct_text(mfu)}%: {flops_text(limit.step.flops)} a step at {flops_text(limit.achieved_flops_per_s or 0)}"
         f"/s against this device's measured {flops_text(limit.peak.measured_flops_per_s or 0)}/s "
         f"{limit.peak.dtype} matmul, while not input-bound. "
-        + " ".join(f"{c[0].upper()}{c[1:]}." for c in causes)
+        + " ".join(f"{c.text[0].upper()}{c.text[1:]}." for c in causes)
         + (f" The FLOPs sit in {modules}." if modules else "")
     )
     return Finding(
@@ -91,9 +111,9 @@ def compute_changes(summary: RunSummary) -> dict[str, Any]:
     return change
 
 
-def _causes(limit: ComputeLimit, summary: RunSummary) -> list[str]:
+def _causes(limit: ComputeLimit, summary: RunSummary) -> list[Cause]:
     """What limits the MFU, in measured words, the strongest first."""
-    causes: list[str] = []
+    causes: list[Cause] = []
     step, peak = limit.step, limit.peak
     calls = step.calls
     step_ms = limit.step_time_ms or 0.0
@@ -101,18 +121,20 @@ def _causes(limit: ComputeLimit, summary: RunSummary) -> list[str]:
         per_call = step.flops / calls
         at_peak_us = per_call / peak.measured_flops_per_s * 1e6
         if at_peak_us < OVERHEAD_US:
-            causes.append(
+            text = (
                 f"launch/framework overhead: the step's {calls} counted operators average "
                 f"{flops_text(per_call)}, {at_peak_us:.2g} us each at the peak, against ~{OVERHEAD_US:.0f} us "
                 f"PyTorch spends on any operator (dispatch, Python, a kernel launch); all of the step's FLOPs "
                 f"take {step.flops / peak.measured_flops_per_s * 1e3:.2g} ms at the peak of its {step_ms:.2g} ms"
             )
+            causes.append(Cause(CauseKind.OVERHEAD, text))
         elif peak.measured_size and per_call < 2.0 * (SMALL_MATMUL_SHARE * peak.measured_size) ** 3:
             side = (per_call / 2.0) ** (1 / 3)
-            causes.append(
+            text = (
                 f"small matmuls: the step's {calls} counted operators average {flops_text(per_call)}, the "
                 f"size of a {side:.0f}-square matmul, where the peak was measured at {peak.measured_size}-square"
             )
+            causes.append(Cause(CauseKind.SMALL_MATMULS, text))
     memory = _memory_bound(summary)
     if memory:
         causes.append(memory)
@@ -120,14 +142,15 @@ def _causes(limit: ComputeLimit, summary: RunSummary) -> list[str]:
     if precision:
         causes.append(precision)
     if not causes:
-        causes.append(
+        text = (
             "the counted matmuls are large enough, so the rest of the step (optimizer, loss, data movement, "
             "the loop) takes the time: the trace's operators show which"
         )
+        causes.append(Cause(CauseKind.REST_OF_STEP, text))
     return causes
 
 
-def _memory_bound(summary: RunSummary) -> str | None:
+def _memory_bound(summary: RunSummary) -> Cause | None:
     """The profiled step's non-matmul work, when it takes a third of the step or more: its GPU kernels where it
     recorded some, else its aten operators' self CPU time (Lightning's and Python's own ranges are no operator)."""
     figures = next((f for f in summary.trace_figures if f.top_operators and f.step_ms), None)
@@ -144,23 +167,25 @@ def _memory_bound(summary: RunSummary) -> str | None:
     if share < MEMORY_BOUND_PCT:
         return None
     names = ", ".join(op.name[:60] for op in others[:3])
-    return (
+    text = (
         f"memory-bound operators: {names} and the other non-matmul {'kernels' if kernels else 'operators'} of "
         f"the profiled step take {share:.0f}% of it ({'GPU kernel' if kernels else 'self CPU'} time)"
     )
+    return Cause(CauseKind.MEMORY_BOUND, text)
 
 
-def _precision(limit: ComputeLimit) -> str | None:
+def _precision(limit: ComputeLimit) -> Cause | None:
     peak = limit.peak
     if peak.dtype != "fp32" or peak.device == "cpu" or not peak.datasheet_flops_per_s:
         return None
     for dtype in _FASTER:
         faster = lookup(peak.device_name, dtype)
         if faster is not None and faster[1] >= 2 * peak.datasheet_flops_per_s:
-            return (
+            text = (
                 f"precision: fp32 matmuls on a {peak.datasheet_device}, whose datasheet gives {dtype} "
                 f"{faster[1] / peak.datasheet_flops_per_s:.0f}x the fp32 rate"
             )
+            return Cause(CauseKind.PRECISION, text)
     return None
 
 
@@ -186,18 +211,18 @@ def _modules(limit: ComputeLimit, summary: RunSummary) -> str:
     return ", ".join(named)
 
 
-def _advice(causes: list[str], change: dict[str, Any]) -> str:
-    kinds = {cause.split(":", 1)[0].lower() for cause in causes}
-    small = bool(kinds & {"launch/framework overhead", "small matmuls"})
-    memory = "memory-bound operators" in kinds
+def _advice(causes: list[Cause], change: dict[str, Any]) -> str:
+    kinds = {cause.kind for cause in causes}
+    small = bool(kinds & {CauseKind.OVERHEAD, CauseKind.SMALL_MATMULS})
+    memory = CauseKind.MEMORY_BOUND in kinds
     steps = ["give each operator more work: a larger batch or wider layers"] if small else []
     if small or memory:
         steps.append(
             "fuse operators with `torch.compile`"
             + (" (the elementwise and normalization ones above first)" if memory else "")
-            + (", on a GPU also CUDA graphs" if "launch/framework overhead" in kinds else "")
+            + (", on a GPU also CUDA graphs" if CauseKind.OVERHEAD in kinds else "")
         )
-    if "precision" in kinds:
+    if CauseKind.PRECISION in kinds:
         steps.append(
             '`Trainer(precision="bf16-mixed")` (or at least `torch.set_float32_matmul_precision("high")`)'
         )
