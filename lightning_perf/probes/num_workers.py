@@ -121,65 +121,16 @@ def probe_num_workers(
         handoff_main_ms: the training thread's CPU time per batch a worker hands over
             (:mod:`lightning_perf.probes.handoff`): the least wait any worker count leaves; ``None``: not measured.
     """
-    if not isinstance(dataloader, DataLoader):
-        raise ConfigError(
-            f"dataloader: expected a torch.utils.data.DataLoader, got {type(dataloader).__name__}"
-        )
-    if compute_ms_per_batch is not None and not _positive(compute_ms_per_batch):
-        raise ConfigError(
-            f"compute_ms_per_batch: expected a positive number or None, got {compute_ms_per_batch!r}"
-        )
-    if not _positive(budget_s):
-        raise ConfigError(f"budget_s: expected a positive number of seconds, got {budget_s!r}")
-    if max_workers is not None and whole(max_workers) is None:
-        raise ConfigError(f"max_workers: expected an int >= 0 or None, got {max_workers!r}")
-    if max_workers is not None and max_workers < 0:
-        raise ConfigError(f"max_workers: expected an int >= 0 or None, got {max_workers}")
-    if not _positive(margin):
-        raise ConfigError(f"margin: expected a positive number, got {margin!r}")
-    if not isinstance(loading_waits, bool):
-        raise ConfigError(f"loading_waits: expected True or False, got {loading_waits!r}")
-    if handoff_main_ms is not None and (finite(handoff_main_ms) is None or handoff_main_ms < 0):
-        raise ConfigError(f"handoff_main_ms: expected a number >= 0 or None, got {handoff_main_ms!r}")
+    _check_arguments(
+        dataloader, compute_ms_per_batch, budget_s, max_workers, margin, loading_waits, handoff_main_ms
+    )
     floor = float(handoff_main_ms or 0.0)
-
     counts, counts_note = probe_counts(max_workers, loading_waits)
     target = None if compute_ms_per_batch is None else 1000.0 / compute_ms_per_batch
     watch = MachineWatch()  # before the deadline: its first reading is not charged to the candidates
     deadline = time.perf_counter() + budget_s
-    candidates: list[dict[str, Any]] = []
-    kept_up = False
-    with preserved_random_state(dataloader), warnings.catch_warnings():
-        # torch warns about more workers than cores, or pin_memory without CUDA; the probe decides itself
-        warnings.filterwarnings("ignore", message=r".*(worker|pin_memory).*", category=UserWarning)
-        for index, workers in enumerate(counts):
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                break
-            result = _measure(dataloader, workers, remaining / (len(counts) - index), remaining)
-            wait = predicted_wait_ms(result, target, floor)
-            result["predicted_wait_ms"] = wait
-            result["predicted_step_ms"] = None if wait is None or target is None else 1000.0 / target + wait
-            candidates.append(result)
-            kept_up = target is not None and acceptable(result, target, margin)
-            if kept_up:
-                break  # the smallest value that keeps up is found; larger ones only cost budget
-    notes = []
-    if len(candidates) < len(counts) and not kept_up:
-        notes.append(f"the budget of {budget_s:g} s ran out before num_workers={counts[len(candidates)]}")
-    if counts_note:
-        notes.append(counts_note)
-    unsettled = [c["num_workers"] for c in candidates if c["status"] == MEASURED and not c["settled"]]
-    if unsettled:
-        notes.append(
-            f"the rate of num_workers={', '.join(map(str, unsettled))} had not settled within its share of the "
-            f"budget (a loader that stalls now and then needs a longer read: raise probe_budget_s)"
-        )
-    if isinstance(dataloader.dataset, IterableDataset) and any(c["num_workers"] > 0 for c in candidates):
-        notes.append(
-            "IterableDataset: each worker replays the iterable unless the dataset shards itself "
-            "(get_worker_info), so worker rates may count duplicate samples"
-        )
+    candidates, kept_up = _sweep(dataloader, counts, deadline, target, margin, floor)
+    notes = _sweep_notes(dataloader, budget_s, counts, counts_note, candidates, kept_up)
     noisy = noisy_machine(RunSummary(machine=watch.finish()), None)
     note = ""
     if noisy is None:
@@ -203,6 +154,97 @@ def probe_num_workers(
         loading_waits=loading_waits,
         disturbed=noisy is not None,
     )
+
+
+def _check_arguments(
+    dataloader: Any,
+    compute_ms_per_batch: Any,
+    budget_s: Any,
+    max_workers: Any,
+    margin: Any,
+    loading_waits: Any,
+    handoff_main_ms: Any,
+) -> None:
+    """:class:`ConfigError` naming the first argument of :func:`probe_num_workers` that is not allowed."""
+    if not isinstance(dataloader, DataLoader):
+        raise ConfigError(
+            f"dataloader: expected a torch.utils.data.DataLoader, got {type(dataloader).__name__}"
+        )
+    if compute_ms_per_batch is not None and not _positive(compute_ms_per_batch):
+        raise ConfigError(
+            f"compute_ms_per_batch: expected a positive number or None, got {compute_ms_per_batch!r}"
+        )
+    if not _positive(budget_s):
+        raise ConfigError(f"budget_s: expected a positive number of seconds, got {budget_s!r}")
+    if max_workers is not None and whole(max_workers) is None:
+        raise ConfigError(f"max_workers: expected an int >= 0 or None, got {max_workers!r}")
+    if max_workers is not None and max_workers < 0:
+        raise ConfigError(f"max_workers: expected an int >= 0 or None, got {max_workers}")
+    if not _positive(margin):
+        raise ConfigError(f"margin: expected a positive number, got {margin!r}")
+    if not isinstance(loading_waits, bool):
+        raise ConfigError(f"loading_waits: expected True or False, got {loading_waits!r}")
+    if handoff_main_ms is not None and (finite(handoff_main_ms) is None or handoff_main_ms < 0):
+        raise ConfigError(f"handoff_main_ms: expected a number >= 0 or None, got {handoff_main_ms!r}")
+
+
+def _sweep(
+    dataloader: DataLoader,
+    counts: list[int],
+    deadline: float,
+    target: float | None,
+    margin: float,
+    floor: float,
+) -> tuple[list[dict[str, Any]], bool]:
+    """The measured candidates, in order of ``counts`` until the deadline or the first that keeps up with
+    ``target``, and whether that last one did."""
+    candidates: list[dict[str, Any]] = []
+    kept_up = False
+    with preserved_random_state(dataloader), warnings.catch_warnings():
+        # torch warns about more workers than cores, or pin_memory without CUDA; the probe decides itself
+        warnings.filterwarnings("ignore", message=r".*(worker|pin_memory).*", category=UserWarning)
+        for index, workers in enumerate(counts):
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                break
+            result = _measure(dataloader, workers, remaining / (len(counts) - index), remaining)
+            wait = predicted_wait_ms(result, target, floor)
+            result["predicted_wait_ms"] = wait
+            result["predicted_step_ms"] = None if wait is None or target is None else 1000.0 / target + wait
+            candidates.append(result)
+            kept_up = target is not None and acceptable(result, target, margin)
+            if kept_up:
+                break  # the smallest value that keeps up is found; larger ones only cost budget
+    return candidates, kept_up
+
+
+def _sweep_notes(
+    dataloader: DataLoader,
+    budget_s: float,
+    counts: list[int],
+    counts_note: str,
+    candidates: list[dict[str, Any]],
+    kept_up: bool,
+) -> list[str]:
+    """What the reason adds after the verdict: a budget that ran out, capped counts, unsettled rates, and an
+    IterableDataset whose workers may replay it."""
+    notes = []
+    if len(candidates) < len(counts) and not kept_up:
+        notes.append(f"the budget of {budget_s:g} s ran out before num_workers={counts[len(candidates)]}")
+    if counts_note:
+        notes.append(counts_note)
+    unsettled = [c["num_workers"] for c in candidates if c["status"] == MEASURED and not c["settled"]]
+    if unsettled:
+        notes.append(
+            f"the rate of num_workers={', '.join(map(str, unsettled))} had not settled within its share of the "
+            f"budget (a loader that stalls now and then needs a longer read: raise probe_budget_s)"
+        )
+    if isinstance(dataloader.dataset, IterableDataset) and any(c["num_workers"] > 0 for c in candidates):
+        notes.append(
+            "IterableDataset: each worker replays the iterable unless the dataset shards itself "
+            "(get_worker_info), so worker rates may count duplicate samples"
+        )
+    return notes
 
 
 def _measure(dataloader: DataLoader, workers: int, slice_s: float, remaining_s: float) -> dict[str, Any]:
