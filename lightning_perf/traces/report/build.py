@@ -189,30 +189,9 @@ def build_report(
     jobs = check_jobs(jobs)
     if alignment not in ALIGNMENTS:
         raise ReportError(f"--alignment must be one of {', '.join(ALIGNMENTS)}, got {alignment!r}")
-    skipped: list[dict[str, Any]] = []
-    notes: list[str] = []
-    if os.path.isfile(path):
-        if not is_trace_file(path):
-            raise ReportError(f"{path}: not a Chrome/Kineto trace (no traceEvents)")
-        run_dir, traces = os.path.dirname(path) or ".", [path]
-    elif os.path.isdir(path):
-        run_dir = path
-        traces, skipped, notes = scan_folder(path, skip)
-    elif os.path.lexists(path):  # a dangling link, a FIFO, a socket
-        raise ReportError(f"{path}: {_not_a_plain_file(path)}")
-    else:
-        raise ReportError(f"{path}: no such file or directory")
-    unreadable: list[dict[str, Any]] = []
+    run_dir, traces, skipped, notes = _inputs(path, skip)
     summary_path = os.path.join(run_dir, SUMMARY_FILENAME)
-    summary = None
-    summary_problem = _not_a_plain_file(summary_path) if os.path.lexists(summary_path) else None
-    if summary_problem is not None:
-        unreadable.append({"file": SUMMARY_FILENAME, "error": f"{summary_path}: {summary_problem}"})
-    elif os.path.exists(summary_path):
-        try:
-            summary = RunSummary.load(summary_path)
-        except SummaryError as err:
-            unreadable.append({"file": SUMMARY_FILENAME, "error": str(err)})
+    summary, unreadable = _read_summary(summary_path)
     unreadable += skipped
     if not os.path.lexists(summary_path) and not traces and not skipped:
         raise ReportError(f"{path}: no trace files (*.json[.gz] with traceEvents) and no {SUMMARY_FILENAME}")
@@ -265,6 +244,42 @@ def build_report(
         if summary is not None
         else [],
     }
+
+
+def _inputs(
+    path: str, skip: Callable[[str], str | None]
+) -> tuple[str, list[str], list[dict[str, Any]], list[str]]:
+    """(run dir, traces, skipped files, notes) of a report on ``path``, a folder or one trace; ReportError when
+    ``path`` is neither."""
+    skipped: list[dict[str, Any]] = []
+    notes: list[str] = []
+    if os.path.isfile(path):
+        if not is_trace_file(path):
+            raise ReportError(f"{path}: not a Chrome/Kineto trace (no traceEvents)")
+        run_dir, traces = os.path.dirname(path) or ".", [path]
+    elif os.path.isdir(path):
+        run_dir = path
+        traces, skipped, notes = scan_folder(path, skip)
+    elif os.path.lexists(path):  # a dangling link, a FIFO, a socket
+        raise ReportError(f"{path}: {_not_a_plain_file(path)}")
+    else:
+        raise ReportError(f"{path}: no such file or directory")
+    return run_dir, traces, skipped, notes
+
+
+def _read_summary(summary_path: str) -> tuple[RunSummary | None, list[dict[str, Any]]]:
+    """The run's summary, None when there is none or it cannot be read; then the unreadable entry saying why."""
+    unreadable: list[dict[str, Any]] = []
+    summary = None
+    summary_problem = _not_a_plain_file(summary_path) if os.path.lexists(summary_path) else None
+    if summary_problem is not None:
+        unreadable.append({"file": SUMMARY_FILENAME, "error": f"{summary_path}: {summary_problem}"})
+    elif os.path.exists(summary_path):
+        try:
+            summary = RunSummary.load(summary_path)
+        except SummaryError as err:
+            unreadable.append({"file": SUMMARY_FILENAME, "error": str(err)})
+    return summary, unreadable
 
 
 def _by_rank(section: dict[str, Any]) -> tuple[bool, int]:
