@@ -26,9 +26,15 @@ MAX_NODES = 1_000_000
 
 # A message shows a short sketch of a user's value, never the whole of it: reprlib stops after a few items a
 # level and a few levels, so the sketch costs the same for a shared-alias structure as for a small one.
-_BRIEF = reprlib.Repr()
-_BRIEF.maxlevel, _BRIEF.maxlist, _BRIEF.maxdict, _BRIEF.maxstring, _BRIEF.maxother = 2, 3, 3, 40, 40
-BRIEF_CHARS = 120
+_SHORT_REPR = reprlib.Repr()
+(
+    _SHORT_REPR.maxlevel,
+    _SHORT_REPR.maxlist,
+    _SHORT_REPR.maxdict,
+    _SHORT_REPR.maxstring,
+    _SHORT_REPR.maxother,
+) = 2, 3, 3, 40, 40
+SHORTENED_CHARS = 120
 
 
 class YamlBudgetError(LightningPerfError, ValueError):
@@ -36,11 +42,11 @@ class YamlBudgetError(LightningPerfError, ValueError):
     message names where it came from."""
 
 
-def brief(value: Any) -> str:
-    """A repr of ``value`` short enough for one line of a message (at most :data:`BRIEF_CHARS`), whatever its
+def shortened_repr(value: Any) -> str:
+    """A repr of ``value`` short enough for one line of a message (at most :data:`SHORTENED_CHARS`), whatever its
     size."""
-    text = _BRIEF.repr(value)
-    return text if len(text) <= BRIEF_CHARS else text[: BRIEF_CHARS - 3] + "..."
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= SHORTENED_CHARS else text[: SHORTENED_CHARS - 3] + "..."
 
 
 def expanded_nodes(root: yaml.Node, limit: int = MAX_NODES) -> int | None:

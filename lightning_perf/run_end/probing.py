@@ -24,7 +24,7 @@ PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
 @dataclass
 class ProbePlan:
     """The num_workers probe wanted after a fit: the DataLoader it measures and its budget in seconds, ``None``
-    when the fit trained too briefly for a measured verdict (then the probe is skipped, and says so)."""
+    when the fit trained too few steps for a measured verdict (then the probe is skipped, and says so)."""
 
     dataloader: Any
     budget_s: float | None

@@ -22,7 +22,7 @@ from lightning_perf.errors import LightningPerfError
 from lightning_perf.output.comparison_chart import TENSORBOARD_SUBDIR
 from lightning_perf.trial.compute.figures import variant_figures
 from lightning_perf.trial.rendering import disturbed_rounds, render_trial, trial_plan
-from lightning_perf.yaml_budget import YamlBudgetError, brief, load_yaml, load_yaml_file
+from lightning_perf.yaml_budget import YamlBudgetError, load_yaml, load_yaml_file, shortened_repr
 
 if TYPE_CHECKING:
     from lightning.pytorch import LightningDataModule, LightningModule
@@ -311,7 +311,7 @@ def check_configs(paths: Sequence[str], cli: str | None = None) -> None:
             raise TrialError(f"--config {path}: cannot read it as YAML: {err}") from None
         if not isinstance(data, dict):
             raise TrialError(
-                f"--config {path}: expected a YAML mapping (trainer/model/data), got {brief(data)}"
+                f"--config {path}: expected a YAML mapping (trainer/model/data), got {shortened_repr(data)}"
             )
         keys.update(data)
         model = data.get("model")

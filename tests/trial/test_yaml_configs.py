@@ -27,12 +27,12 @@ from lightning_perf.trial.spec import TrialError
 from lightning_perf.trial.tuned_config import write_tuned
 from lightning_perf.tune.variants import check_override_value
 from lightning_perf.yaml_budget import (
-    BRIEF_CHARS,
     MAX_NODES,
+    SHORTENED_CHARS,
     YamlBudgetError,
-    brief,
     expanded_nodes,
     load_yaml,
+    shortened_repr,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -118,9 +118,11 @@ def test_the_budget_counts_aliases_as_expanded_once_per_node():
 
 def test_a_message_shows_a_short_sketch_of_a_value_whatever_its_size():
     value = yaml.safe_load(bomb_items())  # 10^9 leaves once expanded
-    text = brief(value)
-    assert len(text) <= BRIEF_CHARS and text.startswith("[['lol', 'lol', 'lol', ...], [[")
-    assert brief(-1) == "-1" and brief("fast") == "'fast'" and brief(True) == "True"
+    text = shortened_repr(value)
+    assert len(text) <= SHORTENED_CHARS and text.startswith("[['lol', 'lol', 'lol', ...], [[")
+    assert (
+        shortened_repr(-1) == "-1" and shortened_repr("fast") == "'fast'" and shortened_repr(True) == "True"
+    )
 
 
 def test_an_hparams_file_that_expands_past_the_budget_is_not_read(tmp_path):

@@ -21,7 +21,7 @@ from typing import Any
 from lightning_perf.trial.compute.settings import COMPUTE_SETTINGS, check_value
 from lightning_perf.trial.runner import RoundLimits, RoundReport, run_worker, worker_env
 from lightning_perf.trial.spec import TrialError
-from lightning_perf.yaml_budget import YamlBudgetError, brief, load_yaml
+from lightning_perf.yaml_budget import YamlBudgetError, load_yaml, shortened_repr
 
 # the environment variable that carries a round's spec into the command (read by lightning_perf.trial.project.inject)
 RUN_ENV = "LIGHTNING_PERF_RUN"
@@ -166,15 +166,17 @@ def parse_settings(
 
 def _check_value(name: str, key: str, value: Any, label: str) -> None:
     if key == "num_workers" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        raise TrialError(f"{label} {name!r}: num_workers must be an integer >= 0, got {brief(value)}")
+        raise TrialError(
+            f"{label} {name!r}: num_workers must be an integer >= 0, got {shortened_repr(value)}"
+        )
     if key == "prefetch_factor" and not (
         value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
     ):
         raise TrialError(
-            f"{label} {name!r}: prefetch_factor must be an integer >= 1 or null, got {brief(value)}"
+            f"{label} {name!r}: prefetch_factor must be an integer >= 1 or null, got {shortened_repr(value)}"
         )
     if key in ("persistent_workers", "pin_memory", "benchmark") and not isinstance(value, bool):
-        raise TrialError(f"{label} {name!r}: {key} must be true or false, got {brief(value)}")
+        raise TrialError(f"{label} {name!r}: {key} must be true or false, got {shortened_repr(value)}")
     why = check_value(key, value)
     if why is not None:
         raise TrialError(f"{label} {name!r}: {why}")
