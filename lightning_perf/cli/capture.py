@@ -66,9 +66,10 @@ def holds_run(names: Iterable[str]) -> bool:
 def run_folders_below(root: str) -> list[str]:
     """The run folders below ``root`` (not ``root`` itself), at most SEARCH_DEPTH levels down, in natural
     order (``version_2`` before ``version_10``); a run's own subfolders are not searched."""
-    found, level, looked = [], [root], 0
+    found: list[str] = []
+    level, looked = [root], 0
     for _ in range(SEARCH_DEPTH):
-        below = []
+        below: list[str] = []
         for folder in level:
             try:
                 entries = [e for e in os.scandir(folder) if e.is_dir() and not _hidden_or_comparison(e.name)]
