@@ -170,8 +170,12 @@ def _read_cache(key: str) -> DevicePeak | None:
         age = datetime.datetime.now(datetime.timezone.utc) - measured
         if age > datetime.timedelta(days=CACHE_DAYS) or not entry["measured_flops_per_s"] > 0:
             return None
-        # an entry of an earlier version has no busy mark: read as it was taken, quiet
-        return DevicePeak(**{k: entry[k] for k in _CACHED if k in entry})
+        # an entry of an earlier version has no busy mark, and may have been timed beside others' work (one taken
+        # beside two CPU hogs read 16.8 GFLOP/s where the machine does 150, and a CNN's MFU of 7% read 67%): it
+        # counts as busy, so the next quiet run measures again
+        fields = {k: entry[k] for k in _CACHED if k in entry}
+        fields.setdefault("busy", True)
+        return DevicePeak(**fields)
     except Exception:  # no cache yet, or one this version cannot read: measure
         return None
 
