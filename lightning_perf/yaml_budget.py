@@ -63,7 +63,7 @@ def expanded_nodes(root: yaml.Node, limit: int = MAX_NODES) -> int | None:
         key = id(node)
         if children_done:
             open_nodes.discard(key)
-            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            size[key] = 1 + sum(size[id(c)] for c in node_children(node))
             if size[key] > limit:
                 return limit + 1
             continue
@@ -73,7 +73,7 @@ def expanded_nodes(root: yaml.Node, limit: int = MAX_NODES) -> int | None:
             return None
         open_nodes.add(key)
         stack.append((node, True))
-        for child in _children(node):
+        for child in node_children(node):
             if id(child) in open_nodes:
                 return None
             if id(child) not in size:
@@ -81,7 +81,8 @@ def expanded_nodes(root: yaml.Node, limit: int = MAX_NODES) -> int | None:
     return size[id(root)]
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
+def node_children(node: yaml.Node) -> list[yaml.Node]:
+    """A node's direct children: a sequence's items, a mapping's keys and values in turn; a scalar has none."""
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     if isinstance(node, yaml.MappingNode):

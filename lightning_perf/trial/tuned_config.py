@@ -24,7 +24,7 @@ import yaml
 
 from lightning_perf.atomic_file import atomic_open, describe_os_error, probe_write
 from lightning_perf.trial.spec import TrialError
-from lightning_perf.yaml_budget import YamlBudgetError, compose_yaml
+from lightning_perf.yaml_budget import YamlBudgetError, compose_yaml, node_children
 
 TUNED_SUFFIX = ".tuned"
 STR_TAG, MAP_TAG, MERGE_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:merge"
@@ -171,14 +171,6 @@ def _represent(value: Any) -> yaml.Node:
         dumper.dispose()
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    return []
-
-
 def _nodes(root: yaml.Node) -> Iterator[yaml.Node]:
     """Every node of the graph once, however often it is aliased (the budget refused graphs that hold
     themselves)."""
@@ -189,14 +181,14 @@ def _nodes(root: yaml.Node) -> Iterator[yaml.Node]:
         if id(node) not in seen:
             seen.add(id(node))
             yield node
-            stack.extend(_children(node))
+            stack.extend(node_children(node))
 
 
 def _holders(root: yaml.Node) -> dict[int, int]:
     """How many places hold each node (each alias is one more): a node held twice is shared."""
     count: dict[int, int] = {}
     for node in _nodes(root):
-        for child in _children(node):
+        for child in node_children(node):
             count[id(child)] = count.get(id(child), 0) + 1
     return count
 
