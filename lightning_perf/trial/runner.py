@@ -212,7 +212,7 @@ def run_worker(
         return f"not run: the budget ({limits.budget_label}) is spent"
     posix = os.name == "posix"
     env = {**(env if env is not None else os.environ), PARENT_ENV: str(os.getpid())}
-    started = time.monotonic()
+    round_ = _Round(time.monotonic(), limits, report, on_progress, on_limit)
     with open(log_path, "w", encoding="utf-8") as log, group_ended_on_signals() as guard:
         proc = subprocess.Popen(
             list(command),
@@ -235,84 +235,105 @@ def run_worker(
             proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass  # the worker died at start; its output and exit code say why
-        error: str | None = None
-        done = False
-        last_output = ""
-        points: list[tuple[float, int, int]] = []
-        stragglers_killed = False
         try:
-            limit_s, why = _set_limit(limits, None, report, on_limit)
-            while True:
-                ends = min(started + limit_s, limits.budget_deadline or math.inf)
-                try:
-                    line = lines.get(timeout=min(POLL_S, max(0.0, ends - time.monotonic())))
-                except queue.Empty:
-                    if time.monotonic() >= ends:
-                        report.stopped = "timeout" if started + limit_s <= ends else "budget"
-                        break
-                    if _exited(proc) and not stragglers_killed:
-                        # the worker is gone but a child of it still holds the pipe open: end it too
-                        kill_group(proc, posix)
-                        stragglers_killed = True
-                    continue
-                if line is None:
-                    break
-                log.write(line)
-                if not line.startswith(PROTOCOL_PREFIX):
-                    last_output = line.strip() or last_output
-                    continue
-                kind, _, text = line[len(PROTOCOL_PREFIX) :].strip().partition(" ")
-                numbers = text.split()
-                if kind in ("progress", "pace") and len(numbers) == 2 and all(n.isdigit() for n in numbers):
-                    done_steps, steps = int(numbers[0]), int(numbers[1])
-                    points.append((time.monotonic() - started, done_steps, steps))
-                    report.progress = max(report.progress or (0, steps), (done_steps, steps))
-                    if kind == "progress" and on_progress is not None:
-                        on_progress(done_steps, steps)
-                    limit_s, why = _set_limit(limits, own_pace(points), report, on_limit)
-                elif kind == "disturbed":
-                    report.disturbed = text
-                elif kind == "error":
-                    error = text
-                elif kind == "done":
-                    done = True
-            if report.stopped is None:
-                _wait_exited(proc)  # its output is closed: it is ending, let it
+            round_.follow(proc, lines, log, posix)
         finally:
             kill_group(proc, posix)  # the round is over: whatever is left of its process group goes with it
         returncode = proc.wait()
         reader.join(KILL_WAIT_S)
-    report.wall_s = time.monotonic() - started
-    at = f" at step {report.progress[0]}/{report.progress[1]}" if report.progress else ""
-    if report.stopped == "budget":
-        return f"stopped at the budget ({limits.budget_label}) after {report.wall_s:.0f} s{at}; the worker was stopped"
-    if report.stopped == "timeout":
-        if limits.timeout_s is not None:
-            return f"timed out after {limits.timeout_s:g} s{at}; the worker was stopped"
-        return f"timed out after {limit_s:.0f} s{at}; the worker was stopped ({why})"
-    if error:
-        return error
-    if returncode != 0:
-        tail = f": {_clip(last_output)}" if last_output else ""
-        return f"the worker exited with {_describe_returncode(returncode)}{tail}"
-    if not done:
-        return "the worker ended without reporting a result"
-    run = os.path.normpath(os.path.abspath(log_path)).split(os.sep)[-3:-1]  # variant, round_N
-    limits.record("/".join(run), report.wall_s)
-    return None
+    report.wall_s = time.monotonic() - round_.started
+    error = round_.outcome(returncode)
+    if error is None:
+        run = os.path.normpath(os.path.abspath(log_path)).split(os.sep)[-3:-1]  # variant, round_N
+        limits.record("/".join(run), report.wall_s)
+    return error
 
 
-def _set_limit(
-    limits: RoundLimits,
-    own: tuple[float, str] | None,
-    report: RoundReport,
-    on_limit: Callable[[float, str], None] | None,
-) -> tuple[float, str]:
-    limit_s, why = limits.limit(own)
-    if limit_s != report.limit_s and on_limit is not None:
-        on_limit(limit_s, why)
-    report.limit_s, report.limit_why = limit_s, why
-    return limit_s, why
+@dataclass
+class _Round:
+    """One running round: its limits and report, and what its worker has said so far."""
+
+    started: float
+    limits: RoundLimits
+    report: RoundReport
+    on_progress: Callable[[int, int], None] | None
+    on_limit: Callable[[float, str], None] | None
+    error: str | None = None
+    done: bool = False
+    last_output: str = ""
+    limit_s: float = STARTUP_TIMEOUT_S
+    why: str = ""
+    points: list[tuple[float, int, int]] = dataclasses.field(default_factory=list)
+
+    def follow(
+        self, proc: subprocess.Popen[str], lines: queue.Queue[str | None], log: IO[str], posix: bool
+    ) -> None:
+        """Read the worker's output into ``log`` until it closes or the round's limit passes."""
+        self._update_limit(None)
+        stragglers_killed = False
+        while True:
+            ends = min(self.started + self.limit_s, self.limits.budget_deadline or math.inf)
+            try:
+                line = lines.get(timeout=min(POLL_S, max(0.0, ends - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= ends:
+                    self.report.stopped = "timeout" if self.started + self.limit_s <= ends else "budget"
+                    return
+                if _exited(proc) and not stragglers_killed:
+                    # the worker is gone but a child of it still holds the pipe open: end it too
+                    kill_group(proc, posix)
+                    stragglers_killed = True
+                continue
+            if line is None:
+                break
+            log.write(line)
+            if line.startswith(PROTOCOL_PREFIX):
+                self._act_on(line[len(PROTOCOL_PREFIX) :])
+            else:
+                self.last_output = line.strip() or self.last_output
+        _wait_exited(proc)  # its output is closed: it is ending, let it
+
+    def _act_on(self, protocol: str) -> None:
+        kind, _, text = protocol.strip().partition(" ")
+        numbers = text.split()
+        if kind in ("progress", "pace") and len(numbers) == 2 and all(n.isdigit() for n in numbers):
+            done_steps, steps = int(numbers[0]), int(numbers[1])
+            self.points.append((time.monotonic() - self.started, done_steps, steps))
+            self.report.progress = max(self.report.progress or (0, steps), (done_steps, steps))
+            if kind == "progress" and self.on_progress is not None:
+                self.on_progress(done_steps, steps)
+            self._update_limit(own_pace(self.points))
+        elif kind == "disturbed":
+            self.report.disturbed = text
+        elif kind == "error":
+            self.error = text
+        elif kind == "done":
+            self.done = True
+
+    def _update_limit(self, own: tuple[float, str] | None) -> None:
+        self.limit_s, self.why = self.limits.limit(own)
+        if self.limit_s != self.report.limit_s and self.on_limit is not None:
+            self.on_limit(self.limit_s, self.why)
+        self.report.limit_s, self.report.limit_why = self.limit_s, self.why
+
+    def outcome(self, returncode: int) -> str | None:
+        """None for a round that reported ``done``, else its one-line error."""
+        report, limits = self.report, self.limits
+        at = f" at step {report.progress[0]}/{report.progress[1]}" if report.progress else ""
+        if report.stopped == "budget":
+            return f"stopped at the budget ({limits.budget_label}) after {report.wall_s:.0f} s{at}; the worker was stopped"
+        if report.stopped == "timeout":
+            if limits.timeout_s is not None:
+                return f"timed out after {limits.timeout_s:g} s{at}; the worker was stopped"
+            return f"timed out after {self.limit_s:.0f} s{at}; the worker was stopped ({self.why})"
+        if self.error:
+            return self.error
+        if returncode != 0:
+            tail = f": {_clip(self.last_output)}" if self.last_output else ""
+            return f"the worker exited with {_describe_returncode(returncode)}{tail}"
+        if not self.done:
+            return "the worker ended without reporting a result"
+        return None
 
 
 def _pump(stream: IO[str] | None, lines: queue.Queue[str | None]) -> None:
