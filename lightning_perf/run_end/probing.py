@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lightning_perf import console
+from lightning_perf.analysis.rules.thresholds import VERDICTS
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.collect.settings_fingerprint import train_dataloader
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 log = console.logger(__name__)
 
 # the verdicts for which probe_num_workers="auto" measures the DataLoader
-PROBED_VERDICTS = ("highly input-bound", "moderately input-bound")
+PROBED_VERDICTS = VERDICTS[:2]
 
 
 @dataclass

@@ -72,6 +72,7 @@ def input_bound(figures: TraceFigures, training: bool = True) -> Finding | None:
         id="input_bound",
         severity="high" if verdict == VERDICTS[0] else "medium",
         title=f"{'Training' if training else 'The run'} is {verdict}",
+        verdict=verdict,
         evidence=f"The DataLoader takes {_fmt(figures.dataloader_pct)}% of the {figures.steps} traced steps "
         f"(mean step {_fmt(figures.step_ms)} ms)." + ("" if training else _NOT_TRAINING),
         recommendation=f"Raise `num_workers` in the {'training ' if training else ''}DataLoader (with "
