@@ -43,6 +43,10 @@ class Progress:
         self._steps = self._round_steps = steps
         self._round_started = self._last_step_at = time.monotonic()
         self._limit_s: float | None = None
+        self._shown_at: str | None = (
+            None  # the time of day the stall note last gave, and whether it moved since
+        )
+        self._moved = False
         self._running = False
         self._stall_said = False
         self._stop = threading.Event()
@@ -64,6 +68,7 @@ class Progress:
         self._done, self._steps = 0, steps
         self._round_started = self._last_step_at = time.monotonic()
         self._limit_s, self._running, self._stall_said = None, True, False
+        self._shown_at, self._moved_from = None, None
         self._clear_note()
 
     def step(self, done: int, steps: int) -> None:
@@ -75,6 +80,9 @@ class Progress:
 
     def limit(self, seconds: float, why: str = "") -> None:
         """The running round is stopped ``seconds`` after its start (``why``: how that was set)."""
+        self._moved = (
+            self._shown_at is not None and self._limit_s is not None and seconds > self._limit_s + 1.0
+        )
         self._limit_s = seconds
 
     def stalled(self, now: float | None = None) -> str | None:
@@ -88,8 +96,17 @@ class Progress:
             f"ending for {waited:.0f} s after the last step" if ending else f"no new step for {waited:.0f} s"
         )
         if self._limit_s is not None:
+            # a time of day, fixed while the limit holds, and the seconds left, falling: a deadline that reads
+            # the same at every refresh (a limit the round's own pace moves later says so)
             left = max(0.0, self._limit_s - (now - self._round_started))
-            text += f"; stopped in {left:.0f} s if none comes"
+            at = _clock(time.time() + left - (time.monotonic() - now))
+            moved = (
+                f", later than the {self._shown_at} said before: the round's pace set it"
+                if self._moved
+                else ""
+            )
+            text += f"; stopped at {at} if none comes ({left:.0f} s left{moved})"
+            self._shown_at = at
         return text
 
     def finished(self, result: VariantResult, wall_s: float, mean_ms: float | None) -> None:
@@ -127,3 +144,7 @@ class Progress:
                 if time.monotonic() - self._last_step_at >= STALL_LINE_S and not self._stall_said:
                     self._stall_said = True
                     self.say(f"{note} (at step {self._done}/{self._steps})")
+
+
+def _clock(epoch_s: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(epoch_s))

@@ -351,7 +351,20 @@ def test_the_bar_says_how_long_a_round_has_waited_and_when_it_stops():
     assert progress.stalled(now) is None
     progress.limit(30.0, "why")
     progress._round_started = progress._last_step_at = now - 12.0
-    assert progress.stalled(now) == "no new step for 12 s; stopped in 18 s if none comes"
+    said = progress.stalled(now)
+    match = re.fullmatch(
+        r"no new step for 12 s; stopped at (\d\d:\d\d:\d\d) if none comes \(18 s left\)", said
+    )
+    assert match, said
+    deadline = time.strftime("%H:%M:%S", time.localtime(time.time() + 18.0))
+    assert match[1] in {deadline, time.strftime("%H:%M:%S", time.localtime(time.time() + 17.0))}
+    # five seconds later: the same time of day, fewer seconds left (a countdown that counts down)
+    later = progress.stalled(now + 5.0)
+    assert later == f"no new step for 17 s; stopped at {match[1]} if none comes (13 s left)"
+    # the round's own pace moves the limit later: the note says so rather than move silently
+    progress.limit(60.0, "pace")
+    moved = progress.stalled(now + 5.0)
+    assert f"later than the {match[1]} said before" in moved and "(43 s left" in moved
     progress.step(3, 10)
     assert progress.stalled() is None
     progress.step(10, 10)
