@@ -52,9 +52,6 @@ from lightning_perf.trial.spec import (
     times_nothing,
 )
 
-# the start of the note on variants of different batch sizes (tune, judging on samples a second, drops it)
-BATCH_SIZES_NOTE = "the variants differ in batch size"
-
 
 def conclude(result: TrialResult) -> TrialResult:
     """Compare the variants that ran (against the first of them) and write comparison.json and TensorBoard."""
@@ -73,12 +70,7 @@ def conclude(result: TrialResult) -> TrialResult:
     summaries = [v.summary for v in ran if v.summary is not None]  # a variant that ran has its summary
     sizes = {v.name: v.summary.settings.batch_size for v in ran if v.summary is not None}
     if len({size for size in sizes.values() if size is not None}) > 1:
-        shown = ", ".join(f"{name} {size}" for name, size in sizes.items() if size is not None)
-        result.notes.append(
-            f"{BATCH_SIZES_NOTE} ({shown}): a step holds a different number of samples, so "
-            "compare them on samples a second (samples/s), not step time; a batch-size change also alters what "
-            "is learned"
-        )
+        result.batch_sizes = {name: size for name, size in sizes.items() if size is not None}
     rounds = [v.rounds for v in ran] if result.repeats > 1 else None
     # variants differ by definition (overrides, code): equal fingerprints do not mean "same settings"
     hparams = [load_hparams(v.round_dirs[0]) if v.round_dirs else None for v in ran]  # the same every round

@@ -58,7 +58,7 @@ def render_trial(result: Any, fmt: str = "text") -> str:
     markdown = fmt == "markdown"
     plan = trial_plan(result)
     lines = [f"> {plan}" if markdown else plan]
-    notes = [*result.notes, *disturbance_notes(result.variants)]
+    notes = [*result.all_notes, *disturbance_notes(result.variants)]
     lines += [f"> note: {n}" if markdown else f"note: {n}" for n in notes]
     lines.append("")
     text = "\n".join(lines)

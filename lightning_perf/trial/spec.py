@@ -132,6 +132,22 @@ class TrialResult:
     tensorboard_dir: str | None = None
     # one line each: a baseline that failed, too few runs to compare, outputs that could not be written
     notes: list[str] = field(default_factory=list)
+    # the variants' batch sizes when they differ: a step holds a different number of samples (a note says so,
+    # unless the comparison was made per sample, as tune's is)
+    batch_sizes: dict[str, int] = field(default_factory=dict)
+    judged_per_sample: bool = False
+
+    @property
+    def all_notes(self) -> list[str]:
+        """The notes, with the one on differing batch sizes where the comparison was made per step."""
+        if not self.batch_sizes or self.judged_per_sample:
+            return list(self.notes)
+        shown = ", ".join(f"{name} {size}" for name, size in self.batch_sizes.items())
+        return [
+            *self.notes,
+            f"the variants differ in batch size ({shown}): a step holds a different number of samples, so compare "
+            "them on samples a second (samples/s), not step time; a batch-size change also alters what is learned",
+        ]
 
     @property
     def succeeded(self) -> list[VariantResult]:
@@ -176,7 +192,7 @@ class TrialResult:
                 }
                 for v in self.variants
             ],
-            "notes": list(self.notes),
+            "notes": self.all_notes,
             "comparison": to_json(self.comparison) if self.comparison is not None else None,
             "comparison_path": self.comparison_path,
             "tensorboard_dir": self.tensorboard_dir,

@@ -69,7 +69,7 @@ class TuneResult:
                 for s in self.speeds
             ]
             lines.append(f"  method: {self.method}")
-        trial_notes = [*self.trial.notes, *disturbance_notes(self.trial.variants)] if self.trial else []
+        trial_notes = [*self.trial.all_notes, *disturbance_notes(self.trial.variants)] if self.trial else []
         lines += [f"note: {n}" for n in [*self.notes, *trial_notes]]
         lines.append(f"verdict: {self.decision.line}")
         if self.write_error:

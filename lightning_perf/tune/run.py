@@ -33,7 +33,6 @@ from typing import Any
 
 from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.atomic_file import describe_os_error
-from lightning_perf.trial.api import BATCH_SIZES_NOTE
 from lightning_perf.trial.compute.figures import trial_figures
 from lightning_perf.trial.decision import (
     METHOD,
@@ -354,8 +353,8 @@ def decide(run: TuneRun, result: TuneResult) -> Candidate | None:
     assert trial is not None  # measure() ran it
     per_sample, barred, notes = judge_batch_sizes(trial, result.candidates, BASELINE, run.allow_semantic)
     result.method, result.notes = METHOD_PER_SAMPLE if per_sample else METHOD, result.notes + notes
-    if per_sample:  # tune's own note says how it judged: the trial's advice to compare samples/s goes
-        trial.notes = [n for n in trial.notes if not n.startswith(BATCH_SIZES_NOTE)]
+    # tune's own note says how it judged: the trial's advice to compare samples/s goes when it did
+    trial.judged_per_sample = per_sample
     labels = {c.name: c.label for c in result.candidates}
     result.speeds = speeds_from_trial(trial, labels, BASELINE, per_sample=per_sample)
     result.figures = trial_figures(trial)

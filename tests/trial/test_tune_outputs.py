@@ -272,7 +272,10 @@ def test_run_trial_refuses_trainer_kwargs_that_time_nothing_and_notes_different_
         Variant("bs2", TinyModel, lambda: TinyDataModule(n=64, batch_size=2)),
     ]
     result = run_trial(variants, steps=4, log_dir=str(tmp_path), repeats=1, warmup_steps=0, progress=False)
-    assert any("differ in batch size (bs4 4, bs2 2)" in n and "samples a second" in n for n in result.notes)
+    assert any(
+        "differ in batch size (bs4 4, bs2 2)" in n and "samples a second" in n for n in result.all_notes
+    )
+    assert result.batch_sizes == {"bs4": 4, "bs2": 2}
     assert "differ in batch size" in result.render()
 
 
