@@ -61,7 +61,18 @@ __all__ = ["RULES", "SETTING_TARGETS", "diagnose", "input_bound_verdict"]
 
 
 def diagnose(summary: RunSummary) -> list[Finding]:
-    """All findings for ``summary``, most severe first (rule order within one severity)."""
+    """Diagnose a finished run: every rule over its summary, advice that does not contradict itself.
+
+    Args:
+        summary: the run's summary, as ``PerfCallback`` writes it (``perf_summary.json``, read with
+            ``RunSummary.from_dict``).
+
+    Returns:
+        The findings, most severe first (rule order within one severity); empty when no rule has evidence.
+
+    Raises:
+        ConfigError: ``summary`` is not a :class:`RunSummary`.
+    """
     if not isinstance(summary, RunSummary):
         raise ConfigError(f"summary: expected a RunSummary, got {type(summary).__name__}")
     verdict = input_bound_verdict(input_wait(summary).value)

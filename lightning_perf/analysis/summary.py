@@ -271,7 +271,18 @@ class Settings:
 
 @dataclass
 class Finding:
-    """One diagnosis: a stable id, how bad, the evidence with numbers, what to do and the settings to change."""
+    """One diagnosis of a run.
+
+    Args:
+        id: the rule's stable id (e.g. ``input_bound``, ``low_mfu``).
+        severity: ``high``, ``medium`` or ``low``.
+        title: one line, what is wrong.
+        evidence: the measured figures it rests on.
+        recommendation: what to do.
+        settings_change: the settings to change, keyed by where they live (e.g. ``data.num_workers``); only
+            values a measurement backs.
+        verdict: the input-bound finding's grade.
+    """
 
     id: str
     severity: str
@@ -308,7 +319,15 @@ class RankStats:
 
 @dataclass
 class RunSummary:
-    """Everything one run measured. ``to_dict``/``from_dict`` round-trip through ``perf_summary.json``."""
+    """Everything one run measured, as ``PerfCallback`` writes it to ``perf_summary.json``.
+
+    ``to_dict``/``from_dict`` round-trip through the file; ``from_dict`` reads the summaries of earlier versions
+    too. Its sections: ``timing`` (steps, data wait), ``utilization``, ``settings``, ``probes`` (the measured
+    experiments after the fit), the step ``anatomy``, ``compute_limit`` (FLOPs and MFU), ``machine`` and ``findings``.
+
+    Raises:
+        SummaryError: (from ``from_dict``) a file that is not a summary, or one of a newer schema.
+    """
 
     run_name: str = ""
     log_dir: str | None = None

@@ -107,16 +107,28 @@ def run_trial(
     """Fit each variant ``repeats`` times in interleaved rounds (A B, B A, ...), in this process, then compare.
 
     Every round fits ``warmup_steps + steps`` steps with a PerfCallback; the warm-up steps are left out of the
-    figures. Variants are compared over the per-round ratios (``result.comparison.changes``: each variant's
-    mean step time against the first's, with an interval and a verdict, paired by round). Each round is logged as the
-    TensorBoard run ``<log_dir>/<name>/<variant>/round_<i>`` (``<variant>`` alone with one round); the
-    comparison is written as in ``lightning-perf trial``. A variant that raises is reported
-    (``result.failed``) and the others go on. Global torch flags a variant's Trainer sets
-    (``torch.backends.cudnn.benchmark`` and ``deterministic``, deterministic algorithms, float32 matmul
-    precision) are restored after it. With ``progress``, a progress bar goes to stderr and the report to stdout.
+    figures. Each round is logged as the TensorBoard run ``<log_dir>/<name>/<variant>/round_<i>``
+    (``<variant>`` alone with one round); the comparison is written as in ``lightning-perf trial``. A variant
+    that raises is reported (``result.failed``) and the others go on. Global torch flags a variant's Trainer
+    sets (``torch.backends.cudnn.benchmark`` and ``deterministic``, deterministic algorithms, float32 matmul
+    precision) are restored after it.
+
+    Args:
+        variants: what to compare, the first the baseline; unique names.
+        steps: the timed steps of each round (at least 1).
+        log_dir: the folder the trial's folder ``<log_dir>/<name>`` goes in.
+        name: the trial's name, a folder name.
+        progress: a progress bar on stderr and the report on stdout.
+        overwrite: replace an earlier trial of the same name (else it is an error).
+        repeats: the rounds, at least 1; variants are compared over the per-round ratios, paired by round.
+        warmup_steps: steps fitted before the timed ones in every round, left out of the figures.
+
+    Returns:
+        The trial: every variant's rounds and status, and ``comparison`` (each variant's mean step time against
+        the first's, with an interval and a verdict) when two or more ran.
 
     Raises:
-        ValueError (``TrialError``): bad arguments, checked before anything runs.
+        TrialError: bad arguments (checked before anything runs) or an earlier trial in the way.
     """
     check_steps(steps, "steps")
     check_count(repeats, "repeats", 1)

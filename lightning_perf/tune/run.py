@@ -193,14 +193,33 @@ def run_tune(
     overwrite: bool = False,
     command: list[str] | None = None,
 ) -> TuneResult:
-    """Diagnose, propose, measure, decide, write; arguments are checked by the caller (``lightning_perf.cli.tune``),
-    what can fail without a fit here, first (:func:`preflight`, raises :class:`TrialError`).
+    """Tune a project: diagnose it, propose candidates, measure them in rounds, decide, write the winner.
 
-    ``config`` or ``command``: the project (:func:`~lightning_perf.tune.project.project_of`). ``extra``: the user's
-    own candidates (:class:`~lightning_perf.tune.variants.VariantArg`, or (name, overrides) pairs), measured with
-    the proposed ones, never combined; one that sets the batch size only with ``allow_semantic``. ``overwrite``:
-    replace an existing ``CFG.tuned.yaml``. A ``KeyboardInterrupt`` stops the running worker (its process group)
-    and propagates; the rounds done stay on disk under the experiment folder.
+    Arguments are checked by the caller (``lightning_perf.cli.tune``); what can fail without a fit is checked here
+    first (:func:`preflight`). A ``KeyboardInterrupt`` stops the running worker (its process group) and
+    propagates; the rounds done stay on disk under the experiment folder.
+
+    Args:
+        config: a Lightning CLI YAML config (the config project), or None with ``command``.
+        steps: the timed steps of each round.
+        repeats: the rounds planned; more run while the verdict is undecided and the budget has time.
+        budget_s: the wall-clock budget in seconds of the whole tune, None for none.
+        log_dir: the folder the experiment's folder goes in.
+        name: the experiment's name; a free one from the project's stem when None.
+        cli: the ``LightningCLI`` entry of a config project (``module:function``), None to find it.
+        allow_semantic: measure candidates that change what is learned (the batch size).
+        extra: the user's own candidates (:class:`~lightning_perf.tune.variants.VariantArg`, or (name, overrides)
+            pairs), measured with the proposed ones, never combined.
+        warmup_steps: steps fitted before the timed ones in every round.
+        overwrite: replace an existing ``CFG.tuned.yaml``.
+        command: a training command (the command project, ``python train.py ...``), or None with ``config``.
+
+    Returns:
+        The result: the diagnosis, the candidates, the measured speeds, the decision and what was written.
+
+    Raises:
+        TrialError: the project cannot run (preflight) or its folder is in the way.
+        ConfigError: a config or variant that cannot be read.
     """
     started = time.monotonic()
     project = project_of(config, command, cli, EXAMPLE)

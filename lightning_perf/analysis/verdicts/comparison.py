@@ -146,14 +146,28 @@ def compare(
     variants_differ: bool = False,
     hparams: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> Comparison:
-    """Compare ``summaries`` (named ``names``, same order) against ``summaries[baseline]``.
+    """Compare runs against a baseline: each metric's change with its interval and a verdict.
 
-    ``rounds``, when given, holds each run's repeats (same order as ``summaries``, paired by index: round
-    ``i`` of every run ran in the same interleaved round); metrics are then judged over the per-round values
-    (each round's mean step time for the headline). Without it they are judged from each run's per-step
-    samples (batch means of the mean step time). ``variants_differ``: the caller knows the
-    runs differ (e.g. trial variants with different code), so equal fingerprints do not mean "same settings".
-    ``hparams``: each run's saved hyperparameters (or None), for the ones that differ (``hparams_diff``).
+    Args:
+        summaries: the runs' summaries.
+        names: the runs' names, one each, unique, in the order of ``summaries``.
+        baseline: the index of the run the others are compared with.
+        rounds: each run's repeats (same order as ``summaries``, paired by index: round ``i`` of every run ran
+            in the same interleaved round); metrics are then judged over the per-round values (each round's mean
+            step time for the headline). Without it they are judged from each run's per-step samples (batch
+            means of the mean step time).
+        confidence: the confidence level of the intervals (0.95 by default).
+        variants_differ: the caller knows the runs differ (e.g. trial variants with different code), so equal
+            settings fingerprints do not mean "same settings".
+        hparams: each run's saved hyperparameters (or None), for the ones that differ (``hparams_diff``).
+
+    Returns:
+        The comparison: ``changes`` (one :class:`MetricChange` a metric and run), the settings that differ, and
+        the headline.
+
+    Raises:
+        ConfigError: fewer than two runs, names that are not unique or do not match the summaries, a baseline
+            out of range, or ``rounds`` of another length.
     """
     if len(summaries) != len(names):
         raise ConfigError(f"compare: {len(summaries)} summaries but {len(names)} names")
