@@ -74,7 +74,7 @@ _US_PER_MS = 1000.0
 def trace_figures(parsed: ParsedTrace, breakdown: Breakdown | None = None) -> TraceFigures:
     """All figures of one trace (see :class:`TraceFigures`); a CPU-only trace fills the host ones only.
     ``breakdown``: the trace's :func:`step_breakdown` when the caller has it already."""
-    spans = parsed.spans
+    spans = parsed.columns  # the spans as columns: no analysis here needs the span tuples
     figures = TraceFigures(source=parsed.path, rank=parsed.rank)
     _device(figures, parsed)
     breakdown = step_breakdown(spans) if breakdown is None else breakdown

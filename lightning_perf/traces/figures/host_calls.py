@@ -158,9 +158,8 @@ def blocking_mask(cols: SpanColumns) -> np.ndarray:
     blocking = runtime & cols.where_name(is_sync_call)
     copies = np.flatnonzero(runtime & cols.where_name(is_async_copy_call))
     if len(copies):
-        names = copy_names_by_correlation(cols.spans)
-        spans = cols.spans
-        blocking[copies] = [is_blocking(spans[i], names.get(spans[i].correlation)) for i in copies.tolist()]
+        names = copy_names_by_correlation(cols)
+        blocking[copies] = [is_blocking(call, names.get(call.correlation)) for call in cols.picked(copies)]
     return blocking
 
 
@@ -203,8 +202,8 @@ def blocking_calls(
         chosen &= in_host_steps(cols, steps)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     no_operator = Issuer(None, None)
-    for index in np.flatnonzero(chosen).tolist():
-        span = cols.spans[index]
+    chosen_indices = np.flatnonzero(chosen)
+    for index, span in zip(chosen_indices.tolist(), cols.picked(chosen_indices), strict=True):
         total = totals[(span.name, issuers.get(index, no_operator).label())]
         total[0] += 1
         total[1] += span.end - span.start

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from lightning_perf.analysis.trace_figures import ModuleTime, TopOperator
-from lightning_perf.traces.read.columns import ColumnsBuilder, columns_of
+from lightning_perf.traces.read.columns import ColumnsBuilder, SpanColumns, columns_of
 from lightning_perf.traces.read.reader import USER_ANNOTATION_CAT
 from lightning_perf.traces.read.spans import (
     KERNEL_CATS,
@@ -161,7 +161,7 @@ def _kernel_pass(
 def _columns(events: Iterable[Mapping[str, Any] | Span]) -> Any:
     """The columns with each span's sequence number: :func:`load_trace`'s span list has them; event dicts
     (tests, other readers) are read here, since a Span tuple does not carry the number."""
-    if type(events) is SpanList:
+    if type(events) is SpanList or isinstance(events, SpanColumns):
         return columns_of(events)
     spans: list[Span] = []
     sequences: list[int] = []

@@ -5,8 +5,12 @@ tuples (start, end, category and name codes, threads and ids): for a list that
 :func:`~lightning_perf.traces.read.loader.load_trace` made, the columns it built from the lists it decoded; for
 any other, columns made from the tuples in C loops (``map`` over ``itemgetter``; about 30 ns a span and column).
 A question about a category or a name ("is it a kernel", "is it NCCL") is then asked once per distinct value, a
-few hundred, and spread over the spans by indexing. The span tuples stay what the nesting walks (operators around
-runtime calls) read.
+few hundred, and spread over the spans by indexing.
+
+The loader's columns come without span tuples: the analyses read the columns, and the few spans they pick out as
+tuples (:meth:`SpanColumns.picked`) are made from them, the same tuples the list holds. The whole list is made the
+first time something asks for it (:attr:`SpanColumns.spans`, ``ParsedTrace.spans``): building ~1e5 tuples was a
+tenth of reading a trace. The columns are a sequence of the spans too, so an analysis that takes spans takes them.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import itertools
 import json
 import operator
 import weakref
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
+from typing import Any, overload
 
 import numpy as np
 
@@ -34,17 +39,20 @@ from lightning_perf.traces.read.spans import (
 # floor): a few hundred names and a dozen categories make a table far smaller than the spans
 _TABLE_SPANS, _TABLE_FLOOR = 4, 1 << 16
 _NAME, _CAT, _START, _END, _PID, _TID, _EXTERNAL_ID, _CORRELATION = (operator.itemgetter(i) for i in range(8))
+_new_tuple = tuple.__new__  # a Span without the Python-level __new__ of NamedTuple (same tuple)
 
 
-class SpanColumns:
-    """The spans' fields the vectorised analyses read, index for index with the span list.
+class SpanColumns(Sequence[Span]):
+    """The spans' fields the vectorised analyses read, index for index with the span list; as a sequence, the
+    spans themselves (the tuples of :attr:`spans`).
 
     Made by a :class:`ColumnsBuilder`: by :meth:`of_spans` from the tuples, or by the loader from the lists it
-    decoded (the same values and codes: each code is the value's place in first-seen order)."""
+    decoded (the same values and codes: each code is the value's place in first-seen order; ``spans`` None:
+    the tuples are made from the columns when asked for)."""
 
     def __init__(
         self,
-        spans: list[Span],
+        spans: list[Span] | None,
         start: np.ndarray,
         end: np.ndarray,
         cats: list[str],
@@ -57,6 +65,8 @@ class SpanColumns:
         input_type_code: np.ndarray | None = None,
         input_types: list[tuple[str, ...] | None] | None = None,
         sequence: np.ndarray | None = None,
+        pid: np.ndarray | None = None,
+        tid: np.ndarray | None = None,
     ) -> None:
         # a SpanList holds its columns (columns_of): the link back is weak, so dropping a trace frees both
         # at once by reference counting, not by a pass of the cyclic collector over every span (17 ms of a
@@ -64,6 +74,8 @@ class SpanColumns:
         self._spans: Callable[[], list[Span] | None] = (
             weakref.ref(spans) if type(spans) is SpanList else lambda: spans
         )
+        # the spans' pid and tid as written (object arrays): with the other columns, each span's tuple
+        self.pid, self.tid = pid, tid
         self.start, self.end = start, end
         self.cats, self.cat_code = cats, cat_code
         self.names, self.name_code = names, name_code
@@ -84,13 +96,55 @@ class SpanColumns:
 
     @property
     def spans(self) -> list[Span]:
-        """The span list these are the columns of."""
+        """The span list these are the columns of; for the loader's columns, made from them the first time
+        (and again once the list made is dropped: it is held by whoever asked, as ``ParsedTrace.spans``)."""
         spans = self._spans()
         if spans is None:
-            raise RuntimeError(
-                "the span list of these columns is gone: keep the list while using its columns"
-            )
+            if self.pid is None or self.tid is None:
+                raise RuntimeError(
+                    "the span list of these columns is gone: keep the list while using its columns"
+                )
+            spans = self._span_list()
         return spans
+
+    def _span_list(self) -> SpanList:
+        """Every span's tuple, made from the columns (C loops), as the list that holds these columns."""
+        spans = SpanList(self._tuples(np.arange(len(self))))
+        spans.columns = self
+        self._spans = weakref.ref(spans)
+        return spans
+
+    def _tuples(self, indices: np.ndarray) -> Iterator[Span]:
+        """The Span tuples of ``indices``, made from the columns: the loader's tuples, value for value (the
+        names and categories the interned strings it coded, the times the floats of the arrays, pid, tid and
+        ids the objects it decoded)."""
+        assert self.pid is not None and self.tid is not None  # the loader's columns, or of_spans's
+        fields = zip(
+            map(self.names.__getitem__, self.name_code[indices].tolist()),
+            map(self.cats.__getitem__, self.cat_code[indices].tolist()),
+            self.start[indices].tolist(),
+            self.end[indices].tolist(),
+            self.pid[indices].tolist(),
+            self.tid[indices].tolist(),
+            self.external_id[indices].tolist(),
+            self.correlation[indices].tolist(),
+            strict=True,
+        )
+        return map(_new_tuple, repeat(Span), fields)
+
+    @overload
+    def __getitem__(self, index: int) -> Span: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Span]: ...
+
+    def __getitem__(self, index: int | slice) -> Span | list[Span]:
+        if isinstance(index, slice):
+            return self.picked(np.arange(len(self))[index])
+        return self.picked(np.array([range(len(self))[index]]))[0]
+
+    def __iter__(self) -> Iterator[Span]:
+        return iter(self.spans)
 
     @classmethod
     def of_spans(cls, spans: list[Span]) -> SpanColumns:
@@ -175,9 +229,14 @@ class SpanColumns:
             kind_of(self.cats[c], self.names[m]) for c, m in zip(cats.tolist(), names.tolist(), strict=True)
         ]
 
-    def picked(self, mask: np.ndarray) -> list[Span]:
-        """The span tuples of ``mask``, in order."""
-        return [self.spans[i] for i in np.flatnonzero(mask).tolist()]
+    def picked(self, chosen: np.ndarray) -> list[Span]:
+        """The span tuples of ``chosen`` (a mask, or span indices), in order; made from the columns where the
+        list has not been made."""
+        indices = np.flatnonzero(chosen) if chosen.dtype == bool else chosen
+        spans = self._spans()
+        if spans is None and self.pid is not None:
+            return list(self._tuples(indices))
+        return list(map(self.spans.__getitem__, indices.tolist()))
 
 
 def _not_none(values: np.ndarray) -> np.ndarray:
@@ -199,6 +258,10 @@ class Codebook:
 
     def codes(self, values: list[Any]) -> np.ndarray:
         index = self.index
+        try:  # the common batch, once the first ones are coded: every value known, one pass
+            return np.fromiter(map(index.__getitem__, values), np.int32, len(values))
+        except (KeyError, TypeError):  # a new value (or one that is not hashable): coded below
+            pass
         try:
             distinct = dict.fromkeys(values)
         except TypeError:  # a malformed trace's list or object where a pid or tid belongs: coded by its text
@@ -230,6 +293,8 @@ class ColumnsBuilder:
         self._input_types = Codebook()
         self._input_types.codes([None])  # code 0: no input types
         self._sequence: list[np.ndarray] = []
+        self._pid: list[Any] = []
+        self._tid: list[Any] = []
 
     def add(
         self,
@@ -260,6 +325,8 @@ class ColumnsBuilder:
         self._tid_code.append(self._tids.codes(tids))
         self._external_id.extend(external_ids)
         self._correlation.extend(correlations)
+        self._pid.extend(pids)
+        self._tid.extend(tids)
 
     def add_spans(
         self,
@@ -277,9 +344,10 @@ class ColumnsBuilder:
             sequences=sequences,
         )
 
-    def columns(self, spans: list[Span]) -> SpanColumns:
-        """The columns of every batch added, for ``spans``: the span tuples of those batches, in order."""
-        n = len(spans)
+    def columns(self, spans: list[Span] | None) -> SpanColumns:
+        """The columns of every batch added, for ``spans``: the span tuples of those batches, in order (None:
+        the tuples are made from the columns when asked for)."""
+        n = len(self._external_id)
         return SpanColumns(
             spans,
             _joined(self._start, np.float64),
@@ -294,6 +362,8 @@ class ColumnsBuilder:
             _joined(self._input_type_code, np.int32),
             list(map(_type_names, self._input_types.values())),
             _joined(self._sequence, np.int64),
+            np.fromiter(self._pid, object, n),
+            np.fromiter(self._tid, object, n),
         )
 
 
@@ -315,8 +385,10 @@ def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
 
 
 def columns_of(spans: Iterable[Mapping[str, Any] | Span]) -> SpanColumns:
-    """The columns of ``spans``; made once for a list :func:`load_trace` made (kept on the list), else each
-    call."""
+    """The columns of ``spans``: ``spans`` itself when it is columns already (what ``ParsedTrace.columns``
+    gives); made once for a span list (kept on the list), else each call."""
+    if isinstance(spans, SpanColumns):
+        return spans
     if type(spans) is SpanList:
         cached = getattr(spans, "columns", None)
         if cached is None or len(cached) != len(spans):

@@ -170,7 +170,7 @@ class JsonScanner:
             for m in _EVENT_BOUNDARY.finditer(buf, max(start, len(buf) - _BOUNDARY_SEARCH_CHARS))
         ]
         for end in cuts[: -_BATCH_TRIES - 1 : -1]:  # the last cuts first: the longest batches
-            events = self._decode_batch("[" + buf[start:end] + "]")
+            events = self._decode_batch(f"[{buf[start:end]}]")  # one copy of the text fewer than +
             if events is not None:
                 self._drop_to(end)
                 return events

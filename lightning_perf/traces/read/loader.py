@@ -2,11 +2,10 @@
 
 :func:`load_trace` streams the file through :class:`~lightning_perf.traces.read.reader.TraceReader`, a batch of
 events at a time decoded into the typed :class:`~lightning_perf.traces.read.event_types.Event`, and keeps the
-complete events as :class:`~lightning_perf.traces.read.spans.Span` tuples, the allocator's memory samples and the
-top-level metadata. A batch the typed decoding cannot hold exactly goes through :mod:`json`'s dicts instead.
-The spans' numpy columns (:class:`~lightning_perf.traces.read.columns.SpanColumns`) are built batch by batch by a
-:class:`~lightning_perf.traces.read.columns.ColumnsBuilder` from the same decoded lists and kept on the span
-list, so the analyses do not take the tuples apart again.
+complete events, the allocator's memory samples and the top-level metadata. A batch the typed decoding cannot hold exactly goes through :mod:`json`'s dicts instead.
+The spans are kept as numpy columns (:class:`~lightning_perf.traces.read.columns.SpanColumns`), built batch by
+batch by a :class:`~lightning_perf.traces.read.columns.ColumnsBuilder` from the decoded lists: no tuple a span
+(``ParsedTrace.spans`` makes the tuples from the columns when a caller asks for them).
 
 Standard library, msgspec and numpy; imports nothing from torch or Lightning.
 """
@@ -35,8 +34,6 @@ from lightning_perf.traces.read.spans import (
     PYTHON_FUNCTION_CAT,
     MemorySample,
     ParsedTrace,
-    Span,
-    SpanList,
     gc_paused,
     span_of,
 )
@@ -55,7 +52,6 @@ class _Loaded:
     """What load_trace keeps so far, filled batch by batch."""
 
     def __init__(self) -> None:
-        self.spans: list[Span] = SpanList()
         self.columns = ColumnsBuilder()
         self.memory: list[MemorySample] = []
         self.running: dict[int, float] = {}  # device -> running sum of allocator changes (torch 1.9)
@@ -84,11 +80,10 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
                     for i, event in enumerate(batch)
                 ]
             _add_events(batch, loaded, problems)
-        loaded.spans.columns = loaded.columns.columns(loaded.spans)  # what columns_of gives for this list
         return ParsedTrace(
             reader.path,
             reader.metadata,
-            loaded.spans,
+            loaded.columns.columns(None),
             loaded.count,
             loaded.memory,
             loaded.has_totals,
@@ -98,7 +93,7 @@ def load_trace(path: str | os.PathLike[str]) -> ParsedTrace:
 
 
 def _add_events(batch: list[Event], loaded: _Loaded, problems: dict[int, str]) -> None:
-    """Add the events of one batch: its allocator samples, its complete events as spans and columns, and the
+    """Add the events of one batch: its allocator samples, its complete events as columns, and the
     complete events without finite times as skipped (``problems``: by place in the batch, those :func:`event_of`
     found, with the reason that quotes them as written).
 
@@ -130,7 +125,7 @@ def _add_events(batch: list[Event], loaded: _Loaded, problems: dict[int, str]) -
     args = [e.args for e in complete]
     ends = starts + durations
     fields = (
-        list(map(intern, [e.name for e in complete])),
+        [e.name for e in complete],  # coded by the columns, whose names list holds one string a name
         list(map(lowered.__getitem__, raw_cats)),
         [e.pid for e in complete],
         [e.tid for e in complete],
@@ -146,23 +141,6 @@ def _add_events(batch: list[Event], loaded: _Loaded, problems: dict[int, str]) -
     )
     names, cats, pids, tids, external_ids, correlations = fields
     input_types = _eligible_input_types(names, args, loaded)
-    loaded.spans.extend(
-        map(
-            _new_tuple,
-            repeat(Span),
-            zip(
-                names,
-                cats,
-                starts.tolist(),
-                ends.tolist(),
-                pids,
-                tids,
-                external_ids,
-                correlations,
-                strict=True,
-            ),
-        )
-    )
     sequences = [-1 if a is None else a.sequence for a in args]
     loaded.columns.add(starts, ends, *fields, input_types=input_types, sequences=sequences)
 

@@ -107,8 +107,10 @@ class ParsedTrace:
 
     path: str
     metadata: dict[str, Any]
-    # complete events but python_function ones (no analysis reads them; they are most of a with_stack trace)
-    spans: list[Span]
+    # the complete events but python_function ones (no analysis reads them; they are most of a with_stack
+    # trace), as a SpanColumns (traces/read/columns.py; typed Any: that module imports this one): what the
+    # analyses read, and a sequence of the spans itself
+    columns: Any = field(compare=False)
     event_count: int
     # GPU allocator samples in file order (empty unless the trace was recorded with profile_memory)
     memory: list[MemorySample] = field(default_factory=list)
@@ -117,6 +119,16 @@ class ParsedTrace:
     # complete events left out because their ts/dur are missing, negative or not finite, and the first reason
     skipped_events: int = 0
     skip_reason: str | None = None
+
+    @property
+    def spans(self) -> list[Span]:
+        """The spans as :class:`Span` tuples (a :class:`SpanList` holding the columns), made from the columns the
+        first time they are asked for and kept: the analyses read the columns, and only a caller that wants the
+        tuples pays for them."""
+        spans = self.__dict__.get("_spans")
+        if spans is None:
+            spans = self.__dict__["_spans"] = self.columns.spans
+        return spans
 
     @property
     def device_properties(self) -> list[dict[str, Any]]:

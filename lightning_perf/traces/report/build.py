@@ -34,6 +34,8 @@ import stat
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from lightning_perf.analysis.matrix_cores import with_run_settings
 from lightning_perf.analysis.rules.trace import diagnose_trace
 from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary, Settings, SummaryError
@@ -52,6 +54,7 @@ from lightning_perf.traces.figures.analysis import (
 from lightning_perf.traces.figures.breakdown import ALIGNMENTS, TB_ALIGNMENT
 from lightning_perf.traces.figures.gpu_figures import trace_figures
 from lightning_perf.traces.figures.modules import module_times
+from lightning_perf.traces.read.columns import SpanColumns
 from lightning_perf.traces.read.gunzip import GZIP_ERRORS, open_gzip_text
 from lightning_perf.traces.read.parallel_reader import capped_jobs, check_jobs, map_traces
 from lightning_perf.traces.read.reader import GZIP_MAGIC, TraceError
@@ -343,11 +346,11 @@ def analyse_trace(
     ``with_input_rule=False`` leaves the input-bound verdict to the run summary; ``settings``: the run summary's
     (the precision and TF32 settings decide the tensor-core shares where the trace cannot)."""
     parsed = load_trace(path)
-    breakdown = step_breakdown(parsed.spans, alignment)
+    breakdown = step_breakdown(parsed.columns, alignment)
     figures = trace_figures(parsed, breakdown)
     with_run_settings(figures, settings)
-    figures.modules = module_times(parsed.spans, len(breakdown.steps))  # [] unless PerfCallback named them
-    operators, kernels = cpu_operator_stats(parsed.spans), kernel_stats(parsed.spans)
+    figures.modules = module_times(parsed.columns, len(breakdown.steps))  # [] unless PerfCallback named them
+    operators, kernels = cpu_operator_stats(parsed.columns), kernel_stats(parsed.columns)
     training = is_training(s.name for s in (*operators, *kernels))
     found = diagnose_trace(figures, training=training, settings=settings)
     findings = [f for f in found if with_input_rule or f.id != "input_bound"]
@@ -360,7 +363,7 @@ def analyse_trace(
         "rank": parsed.rank,
         "world_size": info.get("world_size") if isinstance(info, dict) else None,
         # what tells two runs of one world size apart (traces/report/runs.py): the process that ran the steps
-        "process": next((s.pid for s in parsed.spans if s.name.startswith("ProfilerStep#")), None),
+        "process": _first_step_process(parsed.columns),
         "started_us": steps[0].start if steps else None,
         "backend": info.get("backend") if isinstance(info, dict) else None,
         "events": parsed.event_count,
@@ -388,12 +391,18 @@ def analyse_trace(
         "dropped_tail_steps": breakdown.dropped_tail_steps,
         # the default window (host ProfilerStep spans), as the callback computes it for TensorBoard and the
         # summary, so the two figures agree; the plugin's own window also covers the last step's GPU tail
-        "kernel_busy_pct": _round(kernel_busy_pct(parsed.spans)),
+        "kernel_busy_pct": _round(kernel_busy_pct(parsed.columns)),
         "top_cpu_operators": [_operator(s) for s in operators[:top]],
         "top_kernels": [_operator(s) for s in kernels[:top]],
         "figures": {**figures_section(figures), "training": training},
         "findings": [finding_dict(f) for f in findings],
     }
+
+
+def _first_step_process(cols: SpanColumns) -> Any:
+    """The pid of the first span (in file order) named ProfilerStep#: the process that ran the steps."""
+    steps = np.flatnonzero(cols.where_name(lambda name: name.startswith("ProfilerStep#")))
+    return cols.picked(steps[:1])[0].pid if len(steps) else None
 
 
 def _summary_section(summary: RunSummary, path: str) -> dict[str, Any]:
