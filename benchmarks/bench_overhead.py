@@ -1,34 +1,35 @@
-"""What PerfCallback costs the training it watches, as ratios measured in one process.
+"""What PerfCallback costs the training it watches, as ratios measured in one process, end to end.
 
-A tiny model whose steps take well under a millisecond is trained for ``--steps`` batches under each variant;
-the variants run interleaved (each round visits all of them in a rotated order) so drift and noise hit all
-alike, and each is reported as the median over rounds of its training-loop time, divided by the empty
-``Callback()`` variant (Lightning's own hook dispatch makes any callback cost a few percent on such steps: that
-is the floor) and by the no-callback variant.
+A tiny model whose steps take a millisecond or two is trained for ``--steps`` batches under each variant; the
+variants run interleaved (each round visits all of them in a rotated order) so drift and noise hit all alike.
+Printed first, per variant: **the fit's wall time per batch**, from the module's ``on_train_start`` to the end
+of its last batch (the batches as a fit runs them: the hooks, the logging windows, the profiled cycles, the
+sampler thread), as the median over rounds of the ratio to the empty ``Callback()`` variant of the same round
+(Lightning's own hook dispatch makes any callback cost a few percent on such steps: that is the floor); then
+**the end of the fit**, from the end of the last batch to ``trainer.fit``'s return (the summary, the diagnosis,
+the writes), in seconds. The training thread's CPU time over the batches (``time.thread_time``) is shown beside
+the wall time: on a loaded machine it leaves out the time other processes hold the core.
 
-The loop time is taken inside the LightningModule's own ``on_train_start``/``on_train_end`` hooks, which
-Lightning calls in every variant, so the stopwatch adds no callback of its own.
+Then the callback's own cost per batch in microseconds (a micro-benchmark of part of the work, not what a fit
+pays): inside a real fit (the callback in its measuring state), one "batch" of PerfCallback's work (the timed
+fetch wrapper and its listener, ``on_train_batch_start``/``on_train_batch_end``) is timed over many calls,
+interleaved round by round with the same calls on an empty ``Callback()`` and an untimed fetcher, in the
+training thread's CPU time; the per-round differences give the cost and its 95% interval (Student t,
+``scipy.stats.ttest_1samp``).
 
-Then the callback's own cost per batch in microseconds, a figure that does not move with the machine's noise
-the way a whole-fit ratio does: inside a real fit (the callback in its measuring state), one "batch" of
-PerfCallback's work (the timed fetch wrapper and its listener, ``on_train_batch_start``/``on_train_batch_end``,
-and the window flush every ``log_every_n_steps``) is timed over many calls, interleaved round by round with
-the same calls on an empty ``Callback()`` and an untimed fetcher, in the training thread's CPU time (time the
-core spends on other processes is left out); the per-round differences give the cost and its 95% interval (Student t, ``scipy.stats.ttest_1samp``). The ratio for any step time follows from it:
-``1 + cost / step time``.
-
-    python benchmarks/bench_overhead.py [--steps 3000] [--rounds 9] [--calls 20000] [--micro-only]
-"""
+    python benchmarks/bench_overhead.py [--steps 3000] [--rounds 9] [--calls 20000] [--micro-only]"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 
 import lightning as L
 import torch
@@ -45,16 +46,23 @@ TARGET_US = 2.0
 
 
 class TinyTimedModel(L.LightningModule):
+    """Times its own batches: from its ``on_train_start`` (after the callbacks') to the end of its last batch
+    (its ``on_train_batch_end`` runs after the callbacks'), in wall and in the training thread's CPU time. The
+    same two clock reads a batch in every variant."""
+
     def __init__(self) -> None:
         super().__init__()
         self.layer = torch.nn.Linear(8, 1)
-        self.loop_s = 0.0
+        self.loop_s = self.loop_cpu_s = 0.0
+        self.last_batch_end = 0.0
 
     def on_train_start(self) -> None:
-        self._t0 = time.perf_counter()
+        self._t0, self._cpu0 = time.perf_counter(), time.thread_time()
 
-    def on_train_end(self) -> None:
-        self.loop_s = time.perf_counter() - self._t0
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.last_batch_end = time.perf_counter()
+        self.loop_s = self.last_batch_end - self._t0
+        self.loop_cpu_s = time.thread_time() - self._cpu0
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -74,7 +82,8 @@ def variants() -> dict[str, dict]:
         "PerfCallback idle + utilization sampler": dict(
             callbacks=[PerfCallback(enable_profiler=False, utilization=True, diagnose=False)]
         ),
-        "PerfCallback default schedule": dict(callbacks=[PerfCallback(diagnose=False)]),
+        # all defaults: the profiled cycle, the step anatomy, the sampler, the diagnosis and its probes at the end
+        "PerfCallback() defaults": dict(callbacks=[PerfCallback()]),
         "Lightning SimpleProfiler": dict(callbacks=[], profiler="simple"),  # report written to a file below
         "DeviceStatsMonitor": dict(callbacks=[DeviceStatsMonitor(cpu_stats=True)]),
     }
@@ -96,14 +105,23 @@ def quiet_trainer(root: str, steps: int, **options) -> L.Trainer:
     )
 
 
-def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) -> float:
+@dataclass
+class Fit:
+    """One fit's figures: its batches' wall and CPU seconds, and the end of the fit (last batch to return)."""
+
+    loop_s: float
+    loop_cpu_s: float
+    end_s: float
+
+
+def run_once(name: str, options: dict, steps: int, data: DataLoader, root: str) -> Fit:
     model = TinyTimedModel()
     if options.get("profiler") == "simple":
         # to a file, not stdout (same profiler, same cost)
         options = {**options, "profiler": SimpleProfiler(dirpath=root, filename="simple")}
     trainer = quiet_trainer(os.path.join(root, name.replace(" ", "_")), steps, **options)
     trainer.fit(model, data)
-    return model.loop_s
+    return Fit(model.loop_s, model.loop_cpu_s, time.perf_counter() - model.last_batch_end)
 
 
 class ConstFetcher:
@@ -251,6 +269,44 @@ def micro_benchmark(calls: int, rounds: int, data: DataLoader, root: str) -> Non
         )
 
 
+def _paired(fits: dict[str, list[Fit]], name: str, base: str, field: str) -> float:
+    """The median over rounds of the variant's figure over the base variant's of the same round."""
+    return statistics.median(
+        getattr(f, field) / getattr(b, field) for f, b in zip(fits[name], fits[base], strict=True)
+    )
+
+
+def report(fits: dict[str, list[Fit]], steps: int, rounds: int) -> None:
+    empty, perf = "empty Callback()", "PerfCallback() defaults"
+    print(f"{steps} steps x {rounds} interleaved rounds (load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"per batch, end to end: PerfCallback() (its defaults, the step anatomy on) {_paired(fits, perf, empty, 'loop_s'):.4f}x"
+        f" an empty Callback() (the fit's wall time from its first batch to its last, median of the rounds' ratios;"
+        f" training thread's CPU time {_paired(fits, perf, empty, 'loop_cpu_s'):.4f}x)"
+    )
+    end_perf = statistics.median(f.end_s for f in fits[perf])
+    end_empty = statistics.median(f.end_s for f in fits[empty])
+    print(
+        f"end of fit (last batch to trainer.fit's return, median): PerfCallback {end_perf:.3f} s "
+        f"(max {max(f.end_s for f in fits[perf]):.3f} s), empty Callback() {end_empty:.3f} s"
+    )
+    header = f"{'variant':44s} {'ms/step':>8s} {'wall vs empty':>14s} {'cpu vs empty':>13s} {'vs none':>8s} {'end of fit':>11s}"
+    print(header)
+    for name, runs in fits.items():
+        print(
+            f"{name:44s} {statistics.median(f.loop_s for f in runs) / steps * 1e3:8.3f} "
+            f"{_paired(fits, name, empty, 'loop_s'):13.4f}x {_paired(fits, name, empty, 'loop_cpu_s'):12.4f}x "
+            f"{_paired(fits, name, 'no callback', 'loop_s'):7.3f}x {statistics.median(f.end_s for f in runs):9.3f} s"
+        )
+    sampler = _paired(
+        fits,
+        "PerfCallback idle + utilization sampler",
+        "PerfCallback idle (no profiler, no sampler)",
+        "loop_s",
+    )
+    print(f"utilization sampler alone: {sampler:.4f}x (idle PerfCallback with vs without the sampler)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -261,6 +317,8 @@ def main() -> None:
     parser.add_argument("--micro-only", action="store_true", help="only the per-batch cost in microseconds")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+    # the findings of every fit would fill the screen: the diagnosis still runs, its lines are not printed
+    logging.getLogger("lightning_perf").setLevel(logging.WARNING)
     torch.set_num_threads(1)
     data = DataLoader(TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1)), batch_size=4)
     if args.micro_only:
@@ -268,27 +326,17 @@ def main() -> None:
             micro_benchmark(args.calls, max(args.rounds, 5), data, root)
         return
     names = list(variants())
-    times: dict[str, list[float]] = {name: [] for name in names}
+    fits: dict[str, list[Fit]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as root:
-        run_once("warm-up", dict(callbacks=[]), 200, data, root)
+        # a warm-up of each: the process's first imports, profiler start and peak measurement
+        for name in names:
+            run_once(f"warm-up {name}", variants()[name], 200, data, root)
         for round_index in range(args.rounds):
             order = names[round_index % len(names) :] + names[: round_index % len(names)]
             for name in order:
                 # fresh callbacks every run: nothing carries over between runs
-                times[name].append(run_once(name, variants()[name], args.steps, data, root))
-    base_empty = statistics.median(times["empty Callback()"])
-    base_none = statistics.median(times["no callback"])
-    print(f"{args.steps} steps x {args.rounds} interleaved rounds; median loop time per variant")
-    print(f"{'variant':48s} {'ms/step':>8s} {'vs empty Callback':>18s} {'vs no callback':>15s}")
-    for name in names:
-        median = statistics.median(times[name])
-        print(
-            f"{name:48s} {median / args.steps * 1e3:8.3f} {median / base_empty:17.3f}x {median / base_none:14.3f}x"
-        )
-    sampler_cost = statistics.median(times["PerfCallback idle + utilization sampler"]) / statistics.median(
-        times["PerfCallback idle (no profiler, no sampler)"]
-    )
-    print(f"utilization sampler alone: {sampler_cost:.4f}x (idle PerfCallback with vs without the sampler)")
+                fits[name].append(run_once(name, variants()[name], args.steps, data, root))
+    report(fits, args.steps, args.rounds)
     with tempfile.TemporaryDirectory() as root:
         micro_benchmark(args.calls, max(args.rounds, 5), data, root)
 

@@ -22,6 +22,7 @@ from lightning_perf.collect.steps import fetch_timing as fetcher_hooks
 from lightning_perf.collect.steps import hook_profiler
 from lightning_perf.errors import ConfigError
 from lightning_perf.output import loggers, windows
+from lightning_perf.output.end_of_run import bulk_writes
 from lightning_perf.probes.cudnn_benchmark import BatchSpec
 from lightning_perf.run_end.context import RunEnd
 from lightning_perf.run_end.measure import now
@@ -397,7 +398,8 @@ class PerfCallback(*namespaces.callback_bases()):
             except Exception as err:
                 log.warning(f"lightning-perf: could not log the last window: {err}")
         if fit:
-            windows.write_step_series(trainer, session)  # the whole run's steps in TensorBoard; never raises
+            with bulk_writes(trainer):  # the whole run's steps in TensorBoard; never raises
+                windows.write_step_series(trainer, session)
         end = RunEnd(
             trainer,
             session,

@@ -6,7 +6,10 @@ chart, HParams, the other loggers, and the last line naming the run's folder. Th
 from __future__ import annotations
 
 import os
+import queue
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from lightning_perf import console
@@ -148,6 +151,39 @@ def short_run_message(schedule: ProfileSchedule, session: PerfSession) -> str | 
         f"lightning-perf: the {session.stage} run ended after {session.batches} batches, shorter than the "
         f"profiling schedule ({schedule.describe()}: {last_step + 1} batches); {outcome}"
     )
+
+
+@contextmanager
+def bulk_writes(trainer: Any) -> Iterator[None]:
+    """The end of a fit's thousand-point series, written to TensorBoard without waiting at every tenth.
+
+    TensorBoard's writer hands each event to its own thread through a queue of ``max_queue`` (10 by default) and
+    the training thread waits whenever it is full: thousands of points written at once wait hundreds of times,
+    each a trip through the OS scheduler (seconds on a loaded machine). Inside this block the queue takes them
+    all, and the flush after waits once for the writer to drain it. Nothing changes where the writer is not the
+    one this knows (its queue is left as it is)."""
+    found = _event_queue(trainer)
+    if found is None:
+        yield
+        return
+    bound, found.maxsize = found.maxsize, 0
+    try:
+        yield
+    finally:
+        found.maxsize = bound
+
+
+def _event_queue(trainer: Any) -> queue.Queue | None:
+    """The queue of the TensorBoard run's event writer thread (tensorboard's EventFileWriter), or None."""
+    logger = tensorboard.tensorboard_logger(trainer)
+    if logger is None or not trainer.is_global_zero:
+        return None
+    try:
+        writer = logger.experiment._get_file_writer()
+        found = writer.event_writer._async_writer._byte_queue
+    except Exception:  # another writer, or another tensorboard: its queue as it is
+        return None
+    return found if isinstance(found, queue.Queue) else None
 
 
 def log_where(summary: RunSummary, log_dir: str | None) -> None:

@@ -18,6 +18,7 @@ from lightning_perf.analysis.summary import RunSummary
 from lightning_perf.collect.run_state import PerfSession
 from lightning_perf.collect.steps.step_clock import STEP_TIME_MS
 from lightning_perf.output import loggers
+from lightning_perf.output.end_of_run import bulk_writes
 from lightning_perf.probes import device_peak
 
 log = console.logger(__name__)
@@ -47,7 +48,8 @@ def attach(trainer: Any, session: PerfSession, summary: RunSummary) -> None:
     except Exception as err:  # the run's own outcome wins
         log.warning(f"lightning-perf: could not work out the MFU: {err}")
         return
-    log_mfu_series(trainer, session, summary)
+    with bulk_writes(trainer):
+        log_mfu_series(trainer, session, summary)
 
 
 def log_mfu_series(trainer: Any, session: PerfSession, summary: RunSummary) -> int:

@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from lightning_perf import console
@@ -14,12 +17,15 @@ from lightning_perf.analysis.summary import SUMMARY_FILENAME, RunSummary
 from lightning_perf.collect.settings_fingerprint import train_dataloader
 
 if TYPE_CHECKING:
+    from lightning_perf.analysis.probe_results import HandOff
     from lightning_perf.collect.config import PerfConfig
 
 log = console.logger(__name__)
 
 # the verdicts for which probe_num_workers="auto" measures the DataLoader
 PROBED_VERDICTS = VERDICTS[:2]
+# the hand-offs kept for the next fits of this process (a sweep, a benchmark's rounds): a few loaders at most
+MAX_KNOWN_HANDOFFS = 8
 
 
 @dataclass
@@ -70,15 +76,67 @@ def probe_plan(trainer: Any, summary: RunSummary, config: PerfConfig) -> ProbePl
     return ProbePlan(dataloader, probe_budget(summary.timing.train_wall_s, config.probe_budget_s, mode))
 
 
+@dataclass
+class _KnownHandOff:
+    """A hand-off measured in this process: the same dataset in batches of the same make costs the same."""
+
+    dataset: weakref.ref[Any]
+    collate_fn: Any
+    batch_size: int | None
+    pin_memory: bool
+    found: HandOff
+
+    def matches(self, dataloader: Any) -> bool:
+        return (
+            self.dataset() is dataloader.dataset
+            and self.collate_fn is dataloader.collate_fn
+            and self.batch_size == dataloader.batch_size
+            and self.pin_memory == dataloader.pin_memory
+        )
+
+
+_KNOWN: list[_KnownHandOff] = []
+
+
+def known_handoff(dataloader: Any) -> HandOff | None:
+    """The hand-off measured for this loader's dataset and batch settings by an earlier fit of this process."""
+    _KNOWN[:] = [known for known in _KNOWN if known.dataset() is not None]
+    found = next((known.found for known in _KNOWN if known.matches(dataloader)), None)
+    return dataclasses.replace(found) if found is not None else None
+
+
+def _keep(dataloader: Any, found: HandOff) -> None:
+    try:
+        dataset = weakref.ref(dataloader.dataset)
+    except TypeError:  # a dataset that takes no weak reference (a plain list): measured again next fit
+        return
+    settings = (dataloader.collate_fn, dataloader.batch_size, bool(dataloader.pin_memory))
+    _KNOWN.append(_KnownHandOff(dataset, *settings, found=dataclasses.replace(found)))
+    del _KNOWN[:-MAX_KNOWN_HANDOFFS]
+
+
 def measure_handoff(summary: RunSummary, dataloader: Any) -> None:
     """What one batch costs to hand over from a worker (:mod:`lightning_perf.probes.handoff`), into
-    ``summary.probes.handoff``: a fraction of a second, one worker started and stopped."""
+    ``summary.probes.handoff``: a fraction of a second, one worker started and stopped, once per dataset and
+    batch settings in a process (a later fit of the same loader reuses it), with one line saying what it took."""
     from lightning_perf.probes.handoff import measure_handoff as measure
 
+    known = known_handoff(dataloader)
+    if known is not None:
+        summary.probes.handoff = known
+        log.debug("lightning-perf: the hand-off of a batch from a worker: as measured by an earlier fit")
+        return
+    started = perf_counter()
     found = measure(dataloader)
     summary.probes.handoff = found
     if found.error:
         log.info(f"lightning-perf: the hand-off of a batch from a worker was not measured: {found.error}")
+        return
+    _keep(dataloader, found)
+    log.info(
+        f"lightning-perf: measured the hand-off of a batch from a worker in {perf_counter() - started:.2f} s "
+        "(once per dataset and batch size in this process)"
+    )
 
 
 def probe_num_workers(summary: RunSummary, dataloader: Any, budget: float) -> None:

@@ -122,6 +122,9 @@ class StepAnatomy:
     parts_ms: dict[str, float]
     callbacks: list[CodeTime] = field(default_factory=list)
     loggers: list[CodeTime] = field(default_factory=list)
+    # 1: ``steps`` are all the steps timed; N: the hooks were timed on every step of the fit's first ones, then on
+    # one in N at random (collect.steps.hook_profiler), each counting N times in the means
+    sample_every: int = 1
 
     def share_pct(self, part: str) -> float | None:
         ms = self.parts_ms.get(part)

@@ -24,6 +24,7 @@ clock.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from time import perf_counter
@@ -44,6 +45,27 @@ _OURS: Any = object()  # the context slot of an entry of ours (a logger's write)
 # a start() left open ends with the `with` around it; of those with none around (another thread's), the oldest
 # ends past this many, so the stack stays short however long the fit
 MAX_OPEN_STARTS = 32
+# every batch's hooks are timed up to this many batches (a short fit's anatomy is exact), then one batch in
+# SAMPLE_EVERY at random: a 2,000-step fit times ~470, a 100,000-step one ~12,500
+FULL_STEPS = 256
+SAMPLE_EVERY = 8
+_WEIGHT = "lightning_perf: weight"  # a sampled batch's weight in the means (no hook is named so)
+
+
+class _Untimed:
+    """What ``profile()`` hands back on a batch whose hooks are not timed (with Lightning's default profiler): a
+    ``with`` that binds the name, as Lightning's does, and does nothing else."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name = ""
+
+    def __enter__(self) -> str:
+        return self.name
+
+    def __exit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> None:
+        return None
 
 
 def _overrides_profile(profiler: Any) -> bool:
@@ -74,9 +96,16 @@ class HookProfiler:
         self._batches: list[dict[str, float]] = []  # the batches since the last window, kept or not
         self.window_seconds: dict[str, float] = {}  # summed by take_window
         self.total_seconds: dict[str, float] = {}
-        self.total_batches = 0
+        self.total_batches = 0  # the batches kept, each counted by its weight
+        self.timed_batches = 0  # the batches kept, each once: the steps whose hooks were timed
+        self.timing = True  # whether this batch's hooks are timed (see the module docstring)
+        self.sampled = False  # whether any batch was left untimed
+        self._seen = 0  # batch boundaries so far
+        self._untimed = _Untimed()
+        self._untimed_batch: dict[str, float] = {_DROPPED: 1.0}  # the open batch while it is not timed
+        self._random = random.Random(FULL_STEPS).random  # seeded: the same fit samples the same batches
         self.suspended = False  # the callback's own logging: neither the loggers' nor a step's
-        self.recording = (
+        self._recording = (
             False  # a profiler runs: each hook is also a span of the trace, as Lightning names it
         )
 
@@ -88,9 +117,15 @@ class HookProfiler:
 
     # -- Lightning's Profiler interface -------------------------------------------------------------------
 
-    def profile(self, action_name: str) -> HookProfiler:
-        self._name = action_name  # __enter__ follows at once: Lightning runs one hook at a time
-        return self
+    def profile(self, action_name: str) -> Any:
+        if self.timing:
+            self._name = action_name  # __enter__ follows at once: Lightning runs one hook at a time
+            return self
+        if self._hand_on:
+            return self.inner.profile(action_name)  # the user's profiler's own, as Lightning would call it
+        untimed = self._untimed
+        untimed.name = action_name
+        return untimed
 
     def __enter__(self) -> Any:
         name = self._name
@@ -100,14 +135,14 @@ class HookProfiler:
                 return self._enter_users_profile(name)
             self.inner.start(name)
         self._stack.append(
-            [name, perf_counter(), 0.0, _enter_span(name, None) if self.recording else None, None]
+            [name, perf_counter(), 0.0, _enter_span(name, None) if self._recording else None, None]
         )
         return name  # what Lightning's Profiler.profile binds
 
     def _enter_users_profile(self, name: str) -> Any:
         context = self._inner_profile(name)
         bound = context.__enter__()
-        span = _enter_span(name, None) if self.recording else None
+        span = _enter_span(name, None) if self._recording else None
         self._stack.append([name, perf_counter(), 0.0, span, context])
         return bound
 
@@ -142,6 +177,8 @@ class HookProfiler:
         # one around the DataLoader's own would hide it from torch-tb-profiler's DataLoader share
         if self._hand_on:
             self.inner.start(action_name)
+        if not self.timing:  # nothing of ours is open on an untimed batch: its stop() finds no entry
+            return
         started = self._started
         if started:  # the same name started again without a stop, or too many left open: the old one ends
             old = started.get(action_name)
@@ -193,15 +230,47 @@ class HookProfiler:
     # -- the step clock's events ----------------------------------------------------------------------------
 
     def next_batch(self) -> None:
-        """A batch boundary, on the step's clock: only a swap; which batches count is decided off the clock,
-        in :meth:`take_window`. An empty batch (no hook ran) is no batch and costs no new dict."""
-        current = self._current
-        if current:
+        """A batch boundary, on the step's clock: a swap, and whether the new batch's hooks are timed; which
+        batches count is decided off the clock, in :meth:`take_window`. An empty batch (no hook ran) is no batch
+        and costs no new dict."""
+        current: dict[str, float] | None = self._current
+        if current is self._untimed_batch:
+            self._closed, current = current, None  # dropped already
+        elif current:
             self._batches.append(current)
-            self._current = {}
-            self._closed = current
+            self._closed, current = current, None
         else:
             self._closed = {}  # nothing ran in it: nothing of it to drop
+        self._seen += 1
+        # what is open across the boundary ("run_training_epoch", a start() left open) closes through its own
+        # entry whatever the new batch is: an untimed batch pushes nothing onto the stack
+        if self._seen <= FULL_STEPS or self._recording:
+            self.timing = True
+            if current is None:
+                self._current = {}
+        elif self._random() * SAMPLE_EVERY < 1.0:
+            self.timing = True
+            self._current = {_WEIGHT: SAMPLE_EVERY}
+        else:
+            self.timing, self.sampled = False, True
+            self._current = self._untimed_batch
+
+    @property
+    def recording(self) -> bool:
+        return self._recording
+
+    @recording.setter
+    def recording(self, on: bool) -> None:
+        """A profiler starts (at a batch boundary) or stops recording: while it records, every batch is timed,
+        each once (it would be, whatever the draw), so its hooks are spans of the trace."""
+        self._recording = on
+        if on:
+            self.timing = True
+            current = self._current
+            if current is self._untimed_batch:
+                self._current = {}
+            else:
+                current.pop(_WEIGHT, None)
 
     def drop_batch(self) -> None:
         """The open batch is no step of the step clock's (the epoch's first fetch, a compilation, the FLOP count)."""
@@ -224,17 +293,25 @@ class HookProfiler:
         current[anatomy.EXCLUDED] = current.get(anatomy.EXCLUDED, 0.0) + seconds
 
     def take_window(self) -> tuple[dict[str, float], int]:
-        """The seconds per name of the batches kept since the last call, and how many batches they are."""
+        """The seconds per name of the batches kept since the last call, and how many batches they stand for
+        (a sampled batch's seconds and count are weighted: see the module docstring)."""
         # a batch the step clock timed no step of is dropped, and so is what ran after a step's end until the next
         # batch (validation, the epoch's end) and before the fit's first batch
         kept = [b for b in self._batches if _DROPPED not in b]
         self._batches = []
         seconds: dict[str, float] = {}
+        batches = 0
         for batch in kept:
-            anatomy.merge(seconds, batch)
-        batches = len(kept)
+            weight = batch.pop(_WEIGHT, 1)
+            if weight == 1:
+                anatomy.merge(seconds, batch)
+            else:
+                for name, took in batch.items():
+                    seconds[name] = seconds.get(name, 0.0) + took * weight
+            batches += int(weight)
         anatomy.merge(self.total_seconds, seconds)
         self.total_batches += batches
+        self.timed_batches += len(kept)
         return seconds, batches
 
     # -- the loggers' writes ----------------------------------------------------------------------------------
@@ -253,10 +330,10 @@ class HookProfiler:
 
     def _timed(self, name: str, original: Any) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if self.suspended:
+            if self.suspended or not self.timing:
                 return original(*args, **kwargs)
             # not handed on: Lightning does not time the loggers, so the user's profiler never sees these names
-            span = _enter_span(name, None) if self.recording else None
+            span = _enter_span(name, None) if self._recording else None
             self._stack.append([name, perf_counter(), 0.0, span, _OURS])
             try:
                 return original(*args, **kwargs)
@@ -326,12 +403,17 @@ def window_anatomy(
 def run_anatomy(
     hooks: HookProfiler, step_ms: float | None, data_wait_ms: float | None
 ) -> anatomy.StepAnatomy | None:
-    """The whole fit's parts (the last batch kept, the last window summed)."""
+    """The whole fit's parts (the last batch kept, the last window summed), over the steps whose hooks were timed
+    (``steps``; ``sample_every`` says whether those past the first :data:`FULL_STEPS` were sampled)."""
     hooks.next_batch()
     hooks.take_window()
-    return anatomy.anatomy(
+    found = anatomy.anatomy(
         hooks.total_seconds, hooks.total_batches, step_ms or 0.0, data_wait_ms, hooks.callback_kinds
     )
+    if found is not None:
+        found.steps = hooks.timed_batches
+        found.sample_every = SAMPLE_EVERY if hooks.sampled else 1
+    return found
 
 
 @contextmanager
