@@ -286,7 +286,9 @@ class PerfCallback(*namespaces.callback_bases()):
     def _flush_window(self, trainer: Trainer, session: PerfSession, collective: bool) -> None:
         sampled = self._sampler.take_window() if self._sampler is not None else {}
         reducer = self._reducer if collective else None
-        with hook_profiler.paused(session.hooks):  # left out of the step, so of the loggers' part too
+        # left out of the step, so of the loggers' part too; the window's ~20 scalars go to TensorBoard's writer
+        # thread without waiting on its queue of 10 (it writes them while training goes on)
+        with hook_profiler.paused(session.hooks), bulk_writes(trainer):
             self._window_batches = windows.flush(
                 trainer, session, sampled, reducer, self._log_every, self.config
             )
