@@ -303,10 +303,12 @@ class ColumnsBuilder:
         *fields: list[Any],
         input_types: tuple[list[int], list[Any]] | None = None,
         sequences: list[int] | None = None,
+        name_codes: np.ndarray | None = None,
     ) -> None:
         """One batch: its start and end times, then the lists of its names, categories, pids, tids, external
         ids and correlation ids (the Span fields in order). ``input_types``: (indices in the batch, their input
-        types), for the spans that have them: a tuple of strings, or the JSON text as bytes."""
+        types), for the spans that have them: a tuple of strings, or the JSON text as bytes. ``name_codes``:
+        what :meth:`name_codes` gave for ``names``, where the caller has them."""
         names, cats, pids, tids, external_ids, correlations = fields
         codes = np.zeros(len(start), dtype=np.int32)
         if input_types is not None and input_types[0]:
@@ -319,7 +321,7 @@ class ColumnsBuilder:
         )
         self._start.append(start)
         self._end.append(end)
-        self._name_code.append(self._names.codes(names))
+        self._name_code.append(self._names.codes(names) if name_codes is None else name_codes)
         self._cat_code.append(self._cats.codes(cats))
         self._pid_code.append(self._pids.codes(pids))
         self._tid_code.append(self._tids.codes(tids))
@@ -327,6 +329,14 @@ class ColumnsBuilder:
         self._correlation.extend(correlations)
         self._pid.extend(pids)
         self._tid.extend(tids)
+
+    def name_codes(self, names: list[str]) -> np.ndarray:
+        """The codes of ``names`` (new ones coded in first-seen order), before :meth:`add` takes them."""
+        return self._names.codes(names)
+
+    def names(self, start: int = 0) -> list[str]:
+        """The names coded so far, from code ``start`` on."""
+        return list(itertools.islice(self._names.index, start, None))
 
     def add_spans(
         self,

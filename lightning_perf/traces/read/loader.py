@@ -59,7 +59,8 @@ class _Loaded:
         self.count = self.skipped = 0
         self.reason: str | None = None
         self.lowered: dict[str, str] = {}  # category -> interned lower case: a dozen over ~1e5 events
-        self.eligible: dict[str, bool] = {}  # name -> is_tensor_core_eligible: a few hundred over ~1e5 events
+        # is_tensor_core_eligible by name code (a few hundred names over ~1e5 events)
+        self.eligible = np.zeros(0, dtype=bool)
 
 
 @gc_paused()
@@ -140,9 +141,12 @@ def _add_events(batch: list[Event], loaded: _Loaded, problems: dict[int, str]) -
         [None if a is None else a.correlation for a in args],
     )
     names, cats, pids, tids, external_ids, correlations = fields
-    input_types = _eligible_input_types(names, args, loaded)
+    name_codes = loaded.columns.name_codes(names)
+    input_types = _eligible_input_types(name_codes, args, loaded)
     sequences = [-1 if a is None else a.sequence for a in args]
-    loaded.columns.add(starts, ends, *fields, input_types=input_types, sequences=sequences)
+    loaded.columns.add(
+        starts, ends, *fields, input_types=input_types, sequences=sequences, name_codes=name_codes
+    )
 
 
 def _with_finite_times(
@@ -213,14 +217,19 @@ def _args_of(args: dict[str, Any]) -> EventArgs:
     )
 
 
-def _eligible_input_types(names: list[str], args: list[Any], loaded: _Loaded) -> tuple[list[int], list[Any]]:
-    """(indices, raw ``Input type`` texts as bytes, None for none) of the batch's tensor-core-eligible operators:
-    their types decide whether their matmuls ran on matrix cores, no analysis reads any other's. C-level passes
-    (``compress``, ``map``) but for the rare operator without args."""
-    eligible = loaded.eligible
-    for name in set(names).difference(eligible):
-        eligible[name] = is_tensor_core_eligible(name)
-    chosen = list(compress(range(len(names)), map(eligible.__getitem__, names)))
+def _eligible_input_types(
+    name_codes: np.ndarray, args: list[Any], loaded: _Loaded
+) -> tuple[list[int], list[Any]]:
+    """(indices, raw ``Input type`` texts as bytes, None for none) of the batch's tensor-core-eligible operators
+    (``name_codes``: the codes of the batch's names): their types decide whether their matmuls ran on matrix
+    cores, no analysis reads any other's. Eligibility is decided once a name, spread over the batch by its
+    codes; C-level passes but for the rare operator without args."""
+    known = len(loaded.eligible)
+    new = loaded.columns.names(known)
+    if new:
+        decided = np.fromiter(map(is_tensor_core_eligible, new), bool, len(new))
+        loaded.eligible = np.concatenate((loaded.eligible, decided))
+    chosen: list[int] = np.flatnonzero(loaded.eligible[name_codes]).tolist()
     if not chosen:
         return chosen, []
     try:
