@@ -14,11 +14,13 @@ On every folder of tests/data/realtraces (see its README), in one run, the media
 - HolisticTraceAnalysis: ``TraceAnalysis(trace_dir=...)`` (parse) + ``get_temporal_breakdown``, run in the
   separate virtual environment given by ``--hta-python`` (HTA pins its own pandas/numpy); skipped with a note
   when that interpreter is missing or HTA cannot load the folder;
+- the loader alone (``load_trace``), the part of both above that reads the file;
 - bare typed decoding, the ceiling of any reader of these files: gunzip the file and decode it with msgspec into
   the Structs of lightning-perf's typed reader (``traces/event_types.Event``: only the fields the analyses
   read), nothing else; and the gunzip alone (both with the reader's decompressor: ISA-L where installed).
 
-Then the targets of issue 23: report within 2x of bare decoding on each trace, >= 250 MB/s of JSON per core over
+The five are timed in turns (one run of each, ``--repeat`` times), so a change in a shared machine's load falls
+on all of them alike. Then the targets of issue 23: report within 2x of bare decoding on each trace, >= 250 MB/s of JSON per core over
 the four (CPU time), >= 10x faster than HTA, >= 20x faster than torch-tb-profiler.
 
 It prints, per trace, lightning-perf's seconds, seconds per 100 MB and MB/s of both the gzip file and the
@@ -103,6 +105,19 @@ def median_times(fn, repeat: int) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
+def interleaved_times(fns: list, repeat: int) -> list[tuple[float, float]]:
+    """:func:`median_times` of each of ``fns``, measured in turns (one run of each, ``repeat`` times)."""
+    walls: list[list[float]] = [[] for _ in fns]
+    cpus: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, wall, cpu_times in zip(fns, walls, cpus, strict=True):
+            start, cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu)
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus, strict=True)]
+
+
 def tb_profiler_load(path: str) -> None:
     from torch_tb_profiler.profiler.data import RunProfileData
 
@@ -145,11 +160,20 @@ def main() -> None:
         gz_mb = os.path.getsize(path) / 1e6
         with gzip.open(path) as fh:
             mb = len(fh.read()) / 1e6
-        ours, ours_cpu = median_times(lambda folder=folder: build_report(str(folder)), args.repeat)
-        end_of_fit, end_cpu = median_times(lambda path=path: trace_figures(load_trace(path)), args.repeat)
-        bare, bare_cpu = median_times(lambda path=path: bare_decode(path), args.repeat)
-        unzip = median_times(lambda path=path: gunzip(path), args.repeat)[1]
-        bares.append((bare, bare_cpu, unzip))
+        # one round of each at a time, so that a change in the machine's load falls on all of them alike
+        (ours, ours_cpu), (end_of_fit, end_cpu), (bare, bare_cpu), (_, unzip), (_, load_cpu) = (
+            interleaved_times(
+                [
+                    lambda folder=folder: build_report(str(folder)),
+                    lambda path=path: trace_figures(load_trace(path)),
+                    lambda path=path: bare_decode(path),
+                    lambda path=path: gunzip(path),
+                    lambda path=path: load_trace(path),
+                ],
+                args.repeat,
+            )
+        )
+        bares.append((bare, bare_cpu, unzip, load_cpu))
         tb = hta = None
         note = ""
         if not args.ours_only:
@@ -191,13 +215,13 @@ def main() -> None:
     print("bare typed decoding (gunzip + msgspec into the reader's Structs, nothing else), CPU seconds:")
     print(
         f"{'trace':23} | {'gunzip s':>8} {'bare s':>7} {'bare MB/s':>9} | {'report s':>8} {'report MB/s':>11}"
-        f" {'report/bare':>11} | {'end of fit/bare':>15}"
+        f" {'report/bare':>11} | {'end of fit/bare':>15} | {'load_trace/bare':>15}"
     )
-    for row, (_, bare_cpu, unzip) in zip(rows, bares, strict=True):
+    for row, (_, bare_cpu, unzip, load_cpu) in zip(rows, bares, strict=True):
         name, _, mb, *_, ours_cpu, end_cpu = row
         print(
             f"{name:23} | {unzip:8.3f} {bare_cpu:7.3f} {mb / bare_cpu:9.0f} | {ours_cpu:8.3f} {mb / ours_cpu:11.0f}"
-            f" {ours_cpu / bare_cpu:10.2f}x | {end_cpu / bare_cpu:14.2f}x"
+            f" {ours_cpu / bare_cpu:10.2f}x | {end_cpu / bare_cpu:14.2f}x | {load_cpu / bare_cpu:14.2f}x"
         )
     print_targets(rows, bares)
 

@@ -15,6 +15,7 @@ Standard library and numpy. Every question about a name or a type list is asked 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,8 @@ def launching_operators(cols: SpanColumns, issuers: dict[int, Any], inner_index:
     """Correlation id -> span index of the innermost operator around the call with that id (-1: none); of
     two calls with one id, the later in file order counts."""
     calls = sorted(issuers)
-    return dict(zip(cols.correlation[calls].tolist(), [inner_index.get(i, -1) for i in calls], strict=True))
+    innermost = map(inner_index.get, calls, repeat(-1))  # C-level: no Python step a call
+    return dict(zip(cols.correlation[np.array(calls, dtype=np.int64)].tolist(), innermost, strict=True))
 
 
 def tensor_core_figures(
