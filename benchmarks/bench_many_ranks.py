@@ -14,6 +14,7 @@ name (``rank-N.json.gz``, gzip level 1), and one rank (``--slow-rank``) has ever
 
 Usage: python benchmarks/bench_many_ranks.py [--ranks 64] [--compare-ranks 16] [--jobs N] [--no-hta]
        [--hta-python /work/venv-hta/bin/python] [--source ddp_a100_rank1_of2] [--slow-rank 9] [--stretch 1.35]
+       [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -84,11 +85,11 @@ def build_folder(folder: str, source: str, ranks: int, slow_rank: int, stretch: 
     return len(normal) / 1e6
 
 
-def run_measured(command: list[str]) -> tuple[float, float, float, str]:
+def run_measured(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
     """(wall seconds, peak summed RSS MB of the process tree, peak RSS MB of its largest process, stdout)."""
     peak = [0.0, 0.0]
     start = time.perf_counter()
-    proc = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stop = threading.Event()
 
     def sample() -> None:
@@ -117,7 +118,10 @@ def run_measured(command: list[str]) -> tuple[float, float, float, str]:
     return wall, peak[0], peak[1], out
 
 
-def report(folder: str, jobs: int) -> tuple[float, float, float, dict]:
+def report(folder: str, jobs: int, code: str | None = None) -> tuple[float, float, float, dict]:
+    """``lightning-perf report`` of ``folder``; ``code``: a folder holding another version of the package to run
+    instead of this checkout's (``--baseline``)."""
+    env = None if code is None else {**os.environ, "PYTHONPATH": code}
     command = [
         sys.executable,
         "-c",
@@ -129,7 +133,7 @@ def report(folder: str, jobs: int) -> tuple[float, float, float, dict]:
         "--jobs",
         str(jobs),
     ]
-    wall, peak, child_max, out = run_measured(command)
+    wall, peak, child_max, out = run_measured(command, env)
     return wall, peak, child_max, json.loads(out)
 
 
@@ -143,6 +147,11 @@ def main() -> None:
     parser.add_argument("--stretch", type=float, default=1.35)
     parser.add_argument("--hta-python", default="/work/venv-hta/bin/python")
     parser.add_argument("--no-hta", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        help="a folder holding another version of lightning_perf (e.g. git archive of an older commit): its report"
+        " is run just before this checkout's on each folder, and the two outputs compared",
+    )
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(
         os.pathsep
@@ -172,7 +181,12 @@ def main() -> None:
             f" {'largest process MB':>18} | {'HTA s':>7} {'HTA peak RSS MB':>15} {'HTA/report':>10}"
         )
         for ranks, folder in folders:
+            if args.baseline:
+                base_wall, _, _, base_data = report(folder, args.jobs, args.baseline)
             wall, peak, child_max, data = report(folder, args.jobs)
+            if args.baseline:
+                same = "the same JSON" if base_data == data else "DIFFERENT JSON"
+                print(f"      baseline ({args.baseline}): {base_wall:.2f} s, this code {wall:.2f} s, {same}")
             steps = {t["rank"]: t["figures"].get("step_ms") for t in data["traces"]}
             hta_text = "-"
             if not args.no_hta and os.path.exists(args.hta_python):
