@@ -17,7 +17,10 @@ interleaved round by round with the same calls on an empty ``Callback()`` and an
 training thread's CPU time; the per-round differences give the cost and its 95% interval (Student t,
 ``scipy.stats.ttest_1samp``).
 
-    python benchmarks/bench_overhead.py [--steps 3000] [--rounds 9] [--calls 20000] [--micro-only]"""
+    python benchmarks/bench_overhead.py [--steps 3000] [--rounds 9] [--calls 20000] [--micro-only] [--pad-ms 1.3]
+
+``--pad-ms`` spins in each training_step, so that a fast machine's step is as long as a slower one's (the
+tiny model's step is ~0.65 ms on a quiet 2-core VM, ~1.7 ms on a loaded one)."""
 
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from lightning_perf.collect.steps import fetch_timing  # noqa: E402
 
 # idle cost target above an empty Callback (issue 16): 2 us a batch, 0.4% of a 0.5 ms step
 TARGET_US = 2.0
+PAD_S = 0.0  # set by --pad-ms
 
 
 class TinyTimedModel(L.LightningModule):
@@ -65,6 +69,10 @@ class TinyTimedModel(L.LightningModule):
         self.loop_cpu_s = time.thread_time() - self._cpu0
 
     def training_step(self, batch, batch_idx):
+        if PAD_S:  # --step-ms: the training thread computes (spins) this much longer, a slower machine's step
+            until = time.perf_counter() + PAD_S
+            while time.perf_counter() < until:
+                pass
         x, y = batch
         return torch.nn.functional.mse_loss(self.layer(x), y)
 
@@ -269,20 +277,30 @@ def micro_benchmark(calls: int, rounds: int, data: DataLoader, root: str) -> Non
         )
 
 
+def _ratios(fits: dict[str, list[Fit]], name: str, base: str, field: str) -> list[float]:
+    """Each round's figure of the variant over the base variant's of the same round."""
+    return [getattr(f, field) / getattr(b, field) for f, b in zip(fits[name], fits[base], strict=True)]
+
+
 def _paired(fits: dict[str, list[Fit]], name: str, base: str, field: str) -> float:
     """The median over rounds of the variant's figure over the base variant's of the same round."""
-    return statistics.median(
-        getattr(f, field) / getattr(b, field) for f, b in zip(fits[name], fits[base], strict=True)
-    )
+    return statistics.median(_ratios(fits, name, base, field))
 
 
 def report(fits: dict[str, list[Fit]], steps: int, rounds: int) -> None:
     empty, perf = "empty Callback()", "PerfCallback() defaults"
-    print(f"{steps} steps x {rounds} interleaved rounds (load average {os.getloadavg()[0]:.1f})")
+    pad = f", training_step padded by {PAD_S * 1e3:g} ms" if PAD_S else ""
+    print(f"{steps} steps x {rounds} interleaved rounds{pad} (load average {os.getloadavg()[0]:.1f})")
     print(
         f"per batch, end to end: PerfCallback() (its defaults, the step anatomy on) {_paired(fits, perf, empty, 'loop_s'):.4f}x"
         f" an empty Callback() (the fit's wall time from its first batch to its last, median of the rounds' ratios;"
         f" training thread's CPU time {_paired(fits, perf, empty, 'loop_cpu_s'):.4f}x)"
+    )
+    spread = sorted(_ratios(fits, perf, empty, "loop_s"))
+    noise = sorted(_ratios(fits, "no callback", empty, "loop_s"))
+    print(
+        f"  the rounds' ratios {spread[0]:.3f}-{spread[-1]:.3f}x; the machine's noise: no callback against an empty"
+        f" Callback() {noise[0]:.3f}-{noise[-1]:.3f}x"
     )
     end_perf = statistics.median(f.end_s for f in fits[perf])
     end_empty = statistics.median(f.end_s for f in fits[empty])
@@ -315,7 +333,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--calls", type=int, default=20000, help="calls per round of the per-batch benchmark")
     parser.add_argument("--micro-only", action="store_true", help="only the per-batch cost in microseconds")
+    parser.add_argument(
+        "--pad-ms",
+        type=float,
+        default=0.0,
+        help="spin this long in each training_step (a ~2 ms step on a fast machine)",
+    )
     args = parser.parse_args()
+    global PAD_S
+    PAD_S = args.pad_ms / 1e3
     warnings.filterwarnings("ignore")
     # the findings of every fit would fill the screen: the diagnosis still runs, its lines are not printed
     logging.getLogger("lightning_perf").setLevel(logging.WARNING)
