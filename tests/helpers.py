@@ -41,12 +41,16 @@ class SleepyIterable(IterableDataset):
     def __init__(self, n: int = 64, delay_s: float = 0.0) -> None:
         self.n = n
         self.delay_s = delay_s
+        self.sample_s: list[float] = []  # what each sample took to make, as the machine's load let it
 
     def __iter__(self):
         for _ in range(self.n):
+            started = time.perf_counter()
             if self.delay_s:
                 time.sleep(self.delay_s)
-            yield torch.randn(FEATURES), torch.randn(1)
+            sample = torch.randn(FEATURES), torch.randn(1)
+            self.sample_s.append(time.perf_counter() - started)
+            yield sample
 
 
 class TinyModelSteps:

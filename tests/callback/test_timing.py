@@ -112,13 +112,16 @@ def test_several_loggers_all_receive_the_metrics(tmp_path):
 
 
 def test_iterable_dataset_over_epochs(tmp_path):
-    data = torch.utils.data.DataLoader(SleepyIterable(n=40, delay_s=0.002), batch_size=4)
-    summary, _ = fit(tmp_path, data, max_epochs=3)
+    dataset = SleepyIterable(n=40, delay_s=0.002)
+    summary, _ = fit(tmp_path, torch.utils.data.DataLoader(dataset, batch_size=4), max_epochs=3)
     timing = summary.timing
     assert timing.epochs == 3
     assert timing.epoch_start_ms.count == 3
     assert timing.steps == 3 * 9  # 10 batches an epoch, the first of each reported as epoch start
-    assert 6.0 < timing.data_wait_ms.median < 25.0
+    # the wait is what making a batch took (four 2 ms sleeps, longer on a busy machine: measured beside it in
+    # the dataset itself, so the bound holds at any load)
+    made_ms = sorted(1000.0 * sum(dataset.sample_s[i : i + 4]) for i in range(0, len(dataset.sample_s), 4))
+    assert 6.0 < timing.data_wait_ms.median < 1.5 * made_ms[len(made_ms) // 2] + 5.0
 
 
 def test_multi_worker_loader_across_epochs(tmp_path):
