@@ -226,7 +226,8 @@ def anatomy(summary: RunSummary) -> dict[str, Any] | None:
     if found is None or found.step_ms <= 0:
         return None
     return {
-        "steps": found.steps,
+        "steps": found.steps,  # the steps whose hooks were timed (one in sample_every past a fit's start)
+        "sample_every": found.sample_every,
         "step_ms": found.step_ms,
         "parts": [
             {"part": part, "label": PART_LABELS.get(part, part), "ms": ms, "pct": found.share_pct(part)}

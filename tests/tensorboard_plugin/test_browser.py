@@ -131,6 +131,12 @@ def test_the_perf_tab_in_headless_chromium(perf_runs, realtraces, browser_dir, t
             assert column(table_with(shown, "ms a step"), "part")[: len(summary.anatomy.parts_ms)] == [
                 PART_LABELS[part] for part in summary.anatomy.parts_ms
             ]
+            # the bar has a legend naming its parts, and its steps are named apart from the clock's
+            shown_parts = [
+                PART_LABELS[p] for p in summary.anatomy.parts_ms if summary.anatomy.share_pct(p) > 0
+            ]
+            assert all(f"{label} " in shown["text"] for label in shown_parts), shown["text"]
+            assert f"hooks timed on {summary.anatomy.steps} steps" in shown["text"]
     probe = RunSummary.load(root / "exp" / "workers0").probes.num_workers
     assert probe is not None
     probe_table = table_with(seen["panes"]["overview exp/workers0"], "batches/s")

@@ -194,17 +194,25 @@ function colourSwatches(root) {
 function anatomyView(anatomy) {
   if (!anatomy) return null;
   const bar = h("div", { class: "bar" });
+  const legend = h("div", { class: "legend anatomy-legend" });
   anatomy.parts.filter((p) => p.pct > 0).forEach((p, i) => {
+    const colour = PALETTE[i % PALETTE.length];
     const part = h("span", { title: `${p.label} ${fmt(p.pct)}%` });
     part.style.width = `${p.pct}%`;
-    part.style.background = PALETTE[i % PALETTE.length];
+    part.style.background = colour;
     bar.append(part);
+    legend.append(h("span", {}, h("span", { class: "swatch", "data-color": colour }), `${p.label} ${fmt(p.pct)}%`));
   });
+  // the hooks' steps, named apart from the step clock's "steps timed": past a fit's start one step in
+  // sample_every has its hooks timed
+  const every = anatomy.sample_every || 1;
+  const timed = `hooks timed on ${anatomy.steps} steps${every > 1 ? `, one in ${every}` : ""}`;
   const rows = anatomy.parts.map((p) => ({ what: p.label, ms: p.ms, pct: p.pct }))
     .concat(anatomy.code.map((c) => ({ what: c.name, ms: c.ms, pct: (100 * c.ms) / anatomy.step_ms, code: true })));
   return [
-    h("h3", {}, `Where the mean step goes (${fmt(anatomy.step_ms, 3)} ms, ${anatomy.steps} steps)`),
+    h("h3", {}, `Where the mean step goes (${fmt(anatomy.step_ms, 3)} ms; ${timed})`),
     bar,
+    legend,
     table(
       [
         { key: "what", label: "part", render: (r) => (r.code ? h("code", {}, r.what) : r.what) },
