@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from examples.demo_sizing import size_study
 from examples.resnet18_cifar10 import CONFIG_PATH, DATA_CHOICES
 from lightning_perf.trial.decision import METHOD, Speed
 from lightning_perf.trial.tuned_config import apply_changes
@@ -39,14 +40,11 @@ STUDY_CONFIG = "config.yaml"
 # The code-side recipe of the `batched_transforms` finding, as this example implements it: its model and
 # datamodule take a `batched_transforms` argument, so `tune` finds the switch and tries the recipe itself.
 RECIPE = "batched_transforms"
-# Sizes for the 2-core CPU machine of the README (a step of 64 images ~380 ms before, ~310 ms after while
-# other jobs shared it): the diagnosis (63 steps + the 5 s num_workers probe) and 5 rounds of baseline and
-# candidate at 60 timed steps each (one process a run) took 5 min 42 s on the idle machine. A GPU user raises --steps.
-DEFAULT_STEPS = 60
+# The steps, the batch and the budget are sized to a step timed on this machine first (examples/demo_sizing.py):
+# 64 images a batch (halved while a step takes over a second), ~6 s of timed steps a run, and the budget the
+# diagnosis and the planned rounds need; a flag given wins over its sized value.
 DEFAULT_REPEATS = 5  # 3 rounds leave a t-interval with 2 degrees of freedom: too wide for a 1.2-1.4x change
 DEFAULT_BATCH_SIZE = 64
-# generous: `tune` drops rounds or candidates that do not fit; the study wants its 5 rounds on a busy machine
-DEFAULT_BUDGET_S = 1200.0
 # --smoke (the tests): tiny batches, a few steps, the 2 rounds an interval needs
 SMOKE_STEPS = 4
 SMOKE_BATCH_SIZE = 8
@@ -94,10 +92,31 @@ def user_command(args: argparse.Namespace, config: str) -> str:
     return shlex.join(argv)
 
 
+def size_args(args: argparse.Namespace) -> None:
+    """Fill the steps, batch and budget not given from a step timed here, and say how long the study takes."""
+    batch_size = args.batch_size or DEFAULT_BATCH_SIZE
+    print(
+        f"Timing a training step of ResNet-18 at {batch_size} images a batch on this machine ...", flush=True
+    )
+    size = size_study(batch_size, args.repeats, args.steps, fixed_batch=args.batch_size is not None)
+    args.batch_size, args.steps = size.batch_size, size.steps
+    if args.budget_s is None:
+        args.budget_s = size.budget_s
+    minutes = size.expected_s(args.repeats) / 60
+    print(
+        f"a step takes {size.step_s:.2f} s at {args.batch_size} images: {args.steps} timed steps a run, "
+        f"{args.repeats} rounds, a budget of {args.budget_s:g} s; the study takes about {minutes:.0f} min "
+        f"(the diagnosis, then every round of before and of tune's proposals)\n",
+        flush=True,
+    )
+
+
 def run_tune_study(args: argparse.Namespace) -> Any:
     """Write the study's config and tune it (the Python API of ``lightning-perf tune``): a TuneResult."""
     from lightning_perf.tune.run import run_tune
 
+    if args.steps is None or args.batch_size is None or args.budget_s is None:
+        size_args(args)
     config = write_study_config(args)
     experiment = os.path.join(study_dir(args), TUNE_EXPERIMENT)
     if os.path.isdir(experiment):  # a rerun replaces the runs, so TensorBoard never mixes two studies
@@ -193,11 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("command", nargs="?", choices=["study"], default="study", help="the case study")
-    parser.add_argument("--steps", type=int, help=f"timed steps per measured run (default {DEFAULT_STEPS})")
+    parser.add_argument("--steps", type=int, help="timed steps per measured run (default: ~6 s of steps)")
     parser.add_argument("--repeats", type=int, help=f"interleaved rounds (default {DEFAULT_REPEATS})")
     parser.add_argument("--batch-size", type=int, help=f"images per batch (default {DEFAULT_BATCH_SIZE})")
     parser.add_argument(
-        "--budget-s", type=float, help=f"seconds for the whole tune (default {DEFAULT_BUDGET_S:g})"
+        "--budget-s", type=float, help="seconds for the whole tune (default: what its rounds need here)"
     )
     parser.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu, gpu, ...")
     parser.add_argument(
@@ -215,16 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_study_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    defaults = {
-        "steps": SMOKE_STEPS if args.smoke else DEFAULT_STEPS,
-        "repeats": SMOKE_REPEATS if args.smoke else DEFAULT_REPEATS,
-        "batch_size": SMOKE_BATCH_SIZE if args.smoke else DEFAULT_BATCH_SIZE,
-        "budget_s": DEFAULT_BUDGET_S,
-    }
-    for name, default in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-        if not getattr(args, name) > 0:
+    if args.repeats is None:
+        args.repeats = SMOKE_REPEATS if args.smoke else DEFAULT_REPEATS
+    if args.smoke:  # fixed tiny sizes; the budget still sized to this machine's step
+        args.steps = SMOKE_STEPS if args.steps is None else args.steps
+        args.batch_size = SMOKE_BATCH_SIZE if args.batch_size is None else args.batch_size
+    for name in ("steps", "repeats", "batch_size", "budget_s"):  # None: sized to the timed step
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.repeats < 2:
         parser.error(f"--repeats must be >= 2 (one round gives no interval), got {args.repeats}")

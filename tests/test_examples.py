@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 # the examples need the `examples` extra (torchvision); the library does not
 pytest.importorskip("torchvision")
 
-from examples import case_study, cnn_inference, compiled_recompiles, resnet18_cifar10  # noqa: E402
+from examples import case_study, cnn_inference, compiled_recompiles, demo_sizing, resnet18_cifar10  # noqa: E402
 from examples.batch_augment import augment_batch, normalize_batch  # noqa: E402
 from examples.resnet18_cifar10 import CIFAR10DataModule, ResNet18Classifier  # noqa: E402
 from lightning_perf import PerfCallback  # noqa: E402
@@ -183,6 +183,29 @@ def test_the_study_withholds_its_verdict_when_tune_says_the_machine_was_busy(tmp
 def test_the_tune_mode_hands_the_example_config_to_lightning_perf_tune(capsys):
     assert resnet18_cifar10.main(["tune", "--budget-s", "0"]) == 2  # refused before anything runs
     assert "lightning-perf tune: error: --budget-s must be a number of seconds > 0" in capsys.readouterr().err
+
+
+def test_the_study_is_sized_to_a_step_timed_here_with_the_budget_its_rounds_need():
+    # a real step of the example's model and loader, timed in this process (a few seconds at 8 images)
+    size = demo_sizing.size_study(demo_sizing.MIN_BATCH_SIZE, repeats=2)
+    assert size.batch_size == demo_sizing.MIN_BATCH_SIZE and size.step_s > 0
+    assert demo_sizing.MIN_STEPS <= size.steps <= demo_sizing.MAX_STEPS
+    # the budget covers the diagnosis and both rounds of every variant at the timed step, with room to spare
+    assert size.budget_s >= size.expected_s(2) * demo_sizing.BUDGET_MARGIN - 1
+    assert size.expected_s(5) > size.expected_s(2)
+    given = demo_sizing.size_study(demo_sizing.MIN_BATCH_SIZE, repeats=2, steps=7, fixed_batch=True)
+    assert given.steps == 7 and given.batch_size == demo_sizing.MIN_BATCH_SIZE
+
+
+def test_the_study_sizes_only_what_was_not_given():
+    args = case_study.parse_study_args([])
+    assert (args.steps, args.batch_size, args.budget_s) == (None, None, None)  # sized when the study starts
+    smoke = case_study.parse_study_args(["--smoke", "--budget-s", "90"])
+    assert (smoke.steps, smoke.batch_size, smoke.budget_s) == (
+        case_study.SMOKE_STEPS,
+        case_study.SMOKE_BATCH_SIZE,
+        90.0,
+    )
 
 
 @pytest.mark.parametrize(
