@@ -237,3 +237,18 @@ def test_the_wait_share_interval_covers_the_true_share_through_slow_phases():
         share_interval([1.0] * 3, [2.0] * 2)
     with pytest.raises(ValueError, match="confidence"):
         share_interval([2.0] * 30, steady, confidence=1.5)
+
+
+def test_the_headline_names_the_largest_measured_difference_not_a_pair_within_noise():
+    """Three runs: b is a within noise, c measurably 1.75x slower. The verdict names c's measured change (the
+    Perf tab's Compare and `compare` print this line), not "no measurable difference between b and a"."""
+    rng = np.random.default_rng(7)
+    base, same, slow = (unimodal(rng, 60, centre) for centre in (36.0, 36.0, 63.0))
+    c = compare([run(base), run(same), run(slow)], ["a", "b", "c"])
+    assert c.verdict.startswith(
+        "no run is measurably faster than a; the largest measured difference: c is 1.7"
+    ), c.verdict
+    assert "x slower than a (mean step time" in c.verdict.split(";")[1] and "95% interval" in c.verdict
+    # with no measured difference at all, it says so about the fastest, as before
+    quiet = compare([run(base), run(same), run(unimodal(rng, 60, 36.0))], ["a", "b", "c"])
+    assert quiet.verdict.startswith("no run is measurably faster than a: ") and "largest" not in quiet.verdict

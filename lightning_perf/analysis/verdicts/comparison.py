@@ -304,7 +304,15 @@ def _verdict(c: Comparison) -> str:
         if c.same_settings:
             head = f"same settings, yet {head}: the machine changed between the runs, not the settings"
     if len(times) > 1:
-        if change is not None and change.verdict == NO_DIFFERENCE:
+        differing = _largest_measured_difference(row.changes, times)
+        if change is not None and change.verdict == NO_DIFFERENCE and differing is not None:
+            # the fastest is within noise but another run measurably differs: the headline names that run
+            best, slow = differing
+            head = (
+                f"no run is measurably faster than {c.baseline}; the largest measured difference: "
+                f"{c.run_names[best]} is {slow.describe(c.baseline, 'mean step time')}"
+            )
+        elif change is not None and change.verdict == NO_DIFFERENCE:
             head = f"no run is measurably faster than {c.baseline}: {head}"
         elif best_time < base_time:
             head = f"fastest of {len(times) + 1} runs: {head}"
@@ -316,6 +324,21 @@ def _verdict(c: Comparison) -> str:
         if detail is not None and detail.values[base_i] is not None and detail.values[best] is not None:
             details.append(arrow_text(detail.label, detail.values[base_i], detail.values[best], detail.unit))
     return "; ".join([head, *details])
+
+
+def _largest_measured_difference(
+    changes: Sequence[MetricChange | None], times: Mapping[int, float]
+) -> tuple[int, MetricChange] | None:
+    """The run (index, change) whose mean step time differs most from the baseline's, among the measured
+    (significant) changes; None when no run's change is measured."""
+    measured = [
+        (i, change)
+        for i, change in enumerate(changes)
+        if i in times and change is not None and change.significant
+    ]
+    if not measured:
+        return None
+    return max(measured, key=lambda found: abs(math.log(found[1].ratio)))
 
 
 def _point_verdict(name: str, baseline: str, base_time: float, best_time: float) -> str:
