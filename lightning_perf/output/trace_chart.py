@@ -35,18 +35,21 @@ DPI = 100
 
 
 def chart_figure(sections: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
-    """One row per trace: its steps as stacked bars (ms), and HTA's GPU timeline shares as one bar (%)."""
+    """One row per trace: its steps as stacked bars (ms), and HTA's GPU timeline shares as one bar (%); the
+    GPU column only when some trace had GPU activity (a CPU run's chart is its steps alone, not half empty)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     rows = max(len(sections), 1)
+    gpu = any(figures.get("idle_pct") is not None for _, figures in sections)
     figure = Figure(figsize=(WIDTH_IN, ROW_HEIGHT_IN * rows), dpi=DPI)
     FigureCanvasAgg(figure)
     figure.set_layout_engine("constrained")
-    grid = figure.subplots(rows, 2, squeeze=False, width_ratios=[3, 1])
-    for (steps_axes, gpu_axes), (label, figures) in zip(grid, sections, strict=False):
-        _steps(steps_axes, label, figures)
-        _timeline(gpu_axes, figures)
+    grid = figure.subplots(rows, 2 if gpu else 1, squeeze=False, width_ratios=[3, 1] if gpu else None)
+    for axes, (label, figures) in zip(grid, sections, strict=False):
+        _steps(axes[0], label, figures)
+        if gpu:
+            _timeline(axes[1], figures)
     return figure
 
 

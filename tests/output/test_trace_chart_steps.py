@@ -22,6 +22,10 @@ def test_png_step_numbers_are_the_texts(tmp_path, capsys):
     figure = chart_figure([(trace["file"], trace["figures"])])
     bars = figure.axes[0]
     assert [label.get_text() for label in bars.get_xticklabels()] == text_steps
+    # a CPU run's chart has no empty GPU panel beside its steps (issue 56); a GPU trace's keeps it
+    assert len(figure.axes) == 1
+    with_gpu = dict(trace["figures"], idle_pct=10.0, compute_pct=85.0, non_compute_pct=5.0)
+    assert [a.get_title() for a in chart_figure([("gpu", with_gpu)]).axes][1] == "GPU timeline (%)"
     # the summary's own figures (TensorBoard's Images tab) carry the same numbers
     assert callback.last_summary.trace_figures[0].step_numbers == [7, 8, 9]
     # and the command writes the PNG
