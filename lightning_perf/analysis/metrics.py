@@ -417,12 +417,18 @@ def max_tag(metric: Metric) -> str:
 
 
 def custom_scalars_layout() -> dict[str, dict[str, list]]:
-    """TensorBoard's Custom Scalars layout: one multi-line chart per ``chart``, every run drawn in it; a chart's
-    lines share one axis, so one unit (ms, %, % of one core, samples/s, batches/s), named in its title."""
+    """TensorBoard's Custom Scalars layout: one chart a metric, every run drawn in it, its unit in its title.
+
+    TensorBoard colours a chart's lines by run, so a chart of two tags drew each run's two lines in one colour
+    (6 lines in 3 colours for 3 runs): each chart holds one tag, and a DDP run's slowest rank has a chart of its
+    own. The first metric of a ``chart`` group keeps the group's title; the others add their name to it."""
     charts: dict[str, list[str]] = {}
     for m in WINDOW_METRICS:
-        if m.chart is not None:
-            # the DDP max is drawn beside the mean
-            suffix = f"({MAX_SUFFIX})?$" if m.across_ranks else "$"
-            charts.setdefault(m.chart, []).append("^" + m.tag + suffix)
+        if m.chart is None:
+            continue
+        words = m.name.removesuffix("_ms").removesuffix("_pct").replace("_", " ")
+        title = m.chart if not any(t.startswith(m.chart) for t in charts) else f"{m.chart}: {words}"
+        charts[title] = ["^" + m.tag + "$"]
+        if m.across_ranks:
+            charts[f"{title}, slowest rank"] = ["^" + max_tag(m) + "$"]
     return {"lightning-perf": {chart: ["Multiline", tags] for chart, tags in charts.items()}}
