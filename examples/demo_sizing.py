@@ -30,6 +30,10 @@ VARIANTS = 4
 # room above the estimate for a busy machine's slower steps, and for an extra round where the verdict is close
 BUDGET_MARGIN = 1.5
 CALIBRATION_STEPS = 3
+# The floor of the budget: where a small batch is compute-bound, tune's candidates are torch.compile and
+# channels_last, whose compile (~30 s a round on 2 cores, measured) the timed step cannot foresee; two rounds of
+# the baseline and three such candidates need about 7 min there.
+MIN_BUDGET_S = 420.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ def size_study(
     if steps is None:
         steps = min(max(math.ceil(TIMED_S_PER_RUN / step_s), MIN_STEPS), MAX_STEPS)
     size = StudySize(batch_size, steps, 0.0, step_s)
-    return StudySize(batch_size, steps, math.ceil(size.expected_s(repeats) * BUDGET_MARGIN), step_s)
+    budget_s = max(math.ceil(size.expected_s(repeats) * BUDGET_MARGIN), MIN_BUDGET_S)
+    return StudySize(batch_size, steps, budget_s, step_s)
 
 
 __all__ = ["StudySize", "size_study", "time_step_s"]
