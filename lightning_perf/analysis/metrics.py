@@ -423,12 +423,17 @@ def custom_scalars_layout() -> dict[str, dict[str, list]]:
     (6 lines in 3 colours for 3 runs): each chart holds one tag, and a DDP run's slowest rank has a chart of its
     own. The first metric of a ``chart`` group keeps the group's title; the others add their name to it."""
     charts: dict[str, list[str]] = {}
+    groups: set[str] = set()
     for m in WINDOW_METRICS:
         if m.chart is None:
             continue
+        # the unit stays last in every title: "step time (ms)", "step time: compute (ms)", "step time, slowest
+        # rank (ms)"
+        what, _, unit = m.chart.rpartition(" (")
         words = m.name.removesuffix("_ms").removesuffix("_pct").replace("_", " ")
-        title = m.chart if not any(t.startswith(m.chart) for t in charts) else f"{m.chart}: {words}"
-        charts[title] = ["^" + m.tag + "$"]
+        name = what if m.chart not in groups else f"{what}: {words}"
+        groups.add(m.chart)
+        charts[f"{name} ({unit}"] = ["^" + m.tag + "$"]
         if m.across_ranks:
-            charts[f"{title}, slowest rank"] = ["^" + max_tag(m) + "$"]
+            charts[f"{name}, slowest rank ({unit}"] = ["^" + max_tag(m) + "$"]
     return {"lightning-perf": {chart: ["Multiline", tags] for chart, tags in charts.items()}}
